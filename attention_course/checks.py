@@ -1,0 +1,57 @@
+"""Readable checks for the exercise notebooks.
+
+Every failure says what was expected, what came, and the likely mistake, as an AssertionError that
+nbgrader shows to the student. Nothing here knows an answer: the expected values come from the test.
+"""
+import torch
+
+# Taken once at import, so that a notebook which later replaces torch.allclose cannot fool these checks.
+_allclose = torch.allclose
+_Tensor = torch.Tensor
+
+
+class CheckFailed(AssertionError):
+    """A check that failed; the message is written for the student."""
+
+
+def _show(value, limit=500):
+    text = str(value.detach() if isinstance(value, _Tensor) else value)
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def fail(problem, expected, got, hint=""):
+    """Raise a CheckFailed saying what was expected, what came, and the likely mistake."""
+    message = f"{problem}\n  expected: {_show(expected)}\n  got:      {_show(got)}"
+    if hint:
+        message += f"\n  likely mistake: {hint}"
+    raise CheckFailed(message)
+
+
+def expect(condition, problem, hint=""):
+    """Fail with `problem` (and the hint) unless `condition` holds."""
+    if not condition:
+        message = problem + (f"\n  likely mistake: {hint}" if hint else "")
+        raise CheckFailed(message)
+
+
+def expect_tensor(name, actual, hint="did the function reach its `return` statement?"):
+    if not isinstance(actual, _Tensor):
+        fail(f"{name} should be a torch.Tensor", "a torch.Tensor", type(actual).__name__, hint)
+
+
+def expect_shape(name, actual, shape, hint=""):
+    expect_tensor(name, actual)
+    if tuple(actual.shape) != tuple(shape):
+        fail(f"{name} has the wrong shape", tuple(shape), tuple(actual.shape), hint)
+
+
+def expect_close(name, actual, expected, hint="", atol=1e-4, rtol=1e-4):
+    """`actual` must have the shape of `expected` and the same values to within atol + rtol * |expected|."""
+    expected = torch.as_tensor(expected, dtype=torch.float64)
+    expect_shape(name, actual, expected.shape, hint)
+    got = actual.detach().to(torch.float64)
+    if not bool(torch.isfinite(got).all()) and bool(torch.isfinite(expected).all()):
+        fail(f"{name} contains nan or inf", expected, actual, hint)
+    if not _allclose(got, expected, rtol=rtol, atol=atol, equal_nan=True):
+        largest = (got - expected).abs().nan_to_num(nan=float("inf")).max().item()
+        fail(f"{name} has the wrong values (largest difference {largest:.3g})", expected, actual, hint)

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""One entry point for the course. Needs only Python 3.11: creates .venv on first use.
+
+    python3 course.py start      JupyterLab with the nbgrader extensions on the course
+    python3 course.py test       the whole test suite (what CI runs)
+    python3 course.py build      regenerate release/ and solutions/ from source/ (--lessons: re-execute notebooks/ too)
+"""
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+VENV_PYTHON = VENV / "bin" / "python"
+SETUP_FILES = [ROOT / "requirements.txt", ROOT / "pyproject.toml"]
+SOLUTION_MARKER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
+
+
+def ensure_environment():
+    """Create .venv and install the pinned requirements when missing or when they changed."""
+    digest = hashlib.sha256(b"".join(path.read_bytes() for path in SETUP_FILES)).hexdigest()
+    stamp = VENV / ".requirements.sha256"
+    if not VENV_PYTHON.exists():
+        print(f"creating the course environment in {VENV} ...", flush=True)
+        venv.create(VENV, with_pip=True)
+    if not stamp.exists() or stamp.read_text() != digest:
+        print("installing the pinned requirements (first run takes a few minutes) ...", flush=True)
+        subprocess.run([str(VENV_PYTHON), "-m", "pip", "install", "--quiet", "-r", "requirements.txt"],
+                       cwd=ROOT, check=True)
+        stamp.write_text(digest)
+
+
+def steps():
+    """The assignment names, in course order: one folder per step under source/."""
+    return sorted(path.name for path in (ROOT / "source").iterdir() if path.is_dir())
+
+
+def make_course_copy(target):
+    """A throwaway copy of the course (config + source/) to run nbgrader in without touching the real gradebook."""
+    target = Path(target)
+    shutil.copy(ROOT / "nbgrader_config.py", target / "nbgrader_config.py")
+    shutil.copytree(ROOT / "source", target / "source")
+    return target
+
+
+def generate_release(course_dir):
+    """Run nbgrader generate_assignment for every step inside course_dir; return its release/ folder."""
+    for step in steps():
+        subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", step, "--force", "--log-level=WARN"],
+                       cwd=course_dir, check=True)
+    return Path(course_dir) / "release"
+
+
+def answer_key(source_nb):
+    """The answer key of a master notebook: hidden tests and solution markers removed, outputs cleared."""
+    import nbformat
+    from nbgrader.preprocessors import ClearHiddenTests
+
+    nb = nbformat.read(source_nb, as_version=4)
+    nb, _ = ClearHiddenTests().preprocess(nb, {})
+    for cell in nb.cells:
+        cell.source = "\n".join(line for line in cell.source.splitlines() if not SOLUTION_MARKER.match(line))
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    return nb
+
+
+def execute(nb, cwd):
+    """Run a notebook top to bottom in a fresh kernel of this environment, without timing metadata."""
+    from nbclient import NotebookClient
+
+    NotebookClient(nb, timeout=600, kernel_name="python3", record_timing=False,
+                   resources={"metadata": {"path": str(cwd)}}).execute()
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+    return nb
+
+
+def build_solution(step, out_dir):
+    import nbformat
+
+    nb = answer_key(ROOT / "source" / step / f"{step}.ipynb")
+    target = Path(out_dir) / step
+    target.mkdir(parents=True, exist_ok=True)
+    nbformat.write(execute(nb, target), target / f"{step}.ipynb")
+
+
+def build(lessons=False):
+    import nbformat
+
+    with tempfile.TemporaryDirectory() as tmp:
+        fresh = generate_release(make_course_copy(tmp))
+        shutil.rmtree(ROOT / "release", ignore_errors=True)
+        shutil.copytree(fresh, ROOT / "release")
+    for step in steps():
+        print(f"solutions/{step}", flush=True)
+        shutil.rmtree(ROOT / "solutions" / step, ignore_errors=True)
+        build_solution(step, ROOT / "solutions")
+    if lessons:
+        for lesson in sorted((ROOT / "notebooks").glob("*.ipynb")):
+            print(f"notebooks/{lesson.name}", flush=True)
+            nb = nbformat.read(lesson, as_version=4)
+            nbformat.write(execute(nb, lesson.parent), lesson)
+
+
+def copy_release_to_work():
+    """Students work on copies in work/ (git-ignored), so updating the course never overwrites their answers."""
+    for notebook in sorted((ROOT / "release").glob("*/*.ipynb")):
+        copy = ROOT / "work" / notebook.parent.name / notebook.name
+        if not copy.exists():
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(notebook, copy)
+
+
+def main(argv):
+    command = argv[0] if argv else "help"
+    if command not in ("start", "test", "build"):
+        print(__doc__)
+        return 0 if command in ("help", "-h", "--help") else 2
+    if Path(sys.prefix).resolve() != VENV.resolve():
+        ensure_environment()
+        os.execv(VENV_PYTHON, [str(VENV_PYTHON), str(ROOT / "course.py"), *argv])
+    os.chdir(ROOT)
+    # nbgrader runs `alembic` and Jupyter runs kernels from PATH: make this environment's tools the ones found.
+    os.environ["PATH"] = str(VENV / "bin") + os.pathsep + os.environ.get("PATH", "")
+    if command == "start":
+        copy_release_to_work()
+        args = ["--ServerApp.ip=127.0.0.1", "--ServerApp.root_dir=" + str(ROOT), *argv[1:]]
+        os.execv(VENV / "bin" / "jupyter", ["jupyter", "lab", *args])
+    if command == "test":
+        return subprocess.call([sys.executable, "-m", "pytest", *argv[1:]])
+    build(lessons="--lessons" in argv)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,32 @@
+"""nbgrader configuration of the course "Attention, step by step" (course root = this folder)."""
+import os
+
+c = get_config()  # noqa: F821  (provided by traitlets when nbgrader loads this file)
+
+c.CourseDirectory.course_id = "attention-step-by-step"
+c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
+c.CourseDirectory.db_url = "sqlite:///" + os.path.join(c.CourseDirectory.root, "gradebook.db")
+
+# generate_assignment registers each assignment in the gradebook and autograde registers each student,
+# so nothing has to be added by hand.
+c.GenerateAssignment.create_assignment = True
+c.Autograde.create_student = True
+
+# The first cell imports torch: allow for a slow, cold machine; still stops an infinite loop.
+c.ExecutePreprocessor.timeout = 180
+c.ExecutePreprocessor.startup_timeout = 120
+# No timestamps in executed notebooks, so that generated files only change when their content does.
+c.ExecutePreprocessor.record_timing = False
+
+c.ClearSolutions.code_stub = {
+    "python": "# YOUR CODE HERE: replace the next line with your solution (the docstring says what to return)\n"
+              "raise NotImplementedError(\"not written yet: replace this line with your solution\")",
+}
+c.ClearSolutions.text_stub = "YOUR ANSWER HERE: replace this text with your answer in a few sentences."
+
+# A warning on stderr would otherwise score a correct test cell as failed; tracebacks still count.
+c.IgnorePattern.enabled = True
+c.IgnorePattern.pattern = r"^(?:(?!Traceback)[\s\S])*Warning"
+
+# A grade cell the student deleted is put back and graded, instead of waiting for manual grading.
+c.OverwriteCells.add_missing_cells = True
