@@ -55,3 +55,14 @@ def expect_close(name, actual, expected, hint="", atol=1e-4, rtol=1e-4):
     if not _allclose(got, expected, rtol=rtol, atol=atol, equal_nan=True):
         largest = (got - expected).abs().nan_to_num(nan=float("inf")).max().item()
         fail(f"{name} has the wrong values (largest difference {largest:.3g})", expected, actual, hint)
+
+
+def expect_runs(description, function, *args, hint="", **kwargs):
+    """Call function(*args, **kwargs) and return its result; an exception becomes a failure that says where it came from."""
+    try:
+        return function(*args, **kwargs)
+    except NotImplementedError:
+        raise CheckFailed(f"{description} is not written yet: replace the `raise NotImplementedError` line") from None
+    except Exception as error:
+        message = f"{description} raised {type(error).__name__}: {error}"
+        raise CheckFailed(message + (f"\n  likely mistake: {hint}" if hint else "")) from error

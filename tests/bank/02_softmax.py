@@ -1,0 +1,182 @@
+"""Submission bank for step 02: correct variants written another way, and common mistakes."""
+
+VARIANTS = {
+    # ---------------------------------------------------------------- correct
+    "functional_softmax": {
+        "kind": "correct",
+        "cells": {
+            "softmax_naive":
+                "import torch.nn.functional as F\n\n\n"
+                "def softmax_naive(x, dim=-1):\n"
+                "    return F.softmax(x, dim=dim)\n",
+            "softmax_stable":
+                "def softmax_stable(x, dim=-1):\n"
+                "    return torch.nn.functional.softmax(x, dim=dim)\n",
+            "context_vectors":
+                "def context_vectors(inputs):\n"
+                "    return F.softmax(inputs @ inputs.mT, dim=-1) @ inputs\n",
+        },
+    },
+    "logsumexp_and_einsum": {
+        "kind": "correct",
+        "cells": {
+            "softmax_naive":
+                "def softmax_naive(x, dim=-1):\n"
+                "    return torch.exp(x) / torch.sum(torch.exp(x), dim=dim).unsqueeze(dim)\n",
+            "softmax_stable":
+                "def softmax_stable(x, dim=-1):\n"
+                "    return torch.exp(x - x.logsumexp(dim=dim, keepdim=True))\n",
+            "context_vectors":
+                "def context_vectors(inputs):\n"
+                "    scores = torch.einsum('...id,...jd->...ij', inputs, inputs)\n"
+                "    weights = torch.softmax(scores, dim=-1)\n"
+                "    return torch.einsum('...ij,...jd->...id', weights, inputs)\n",
+        },
+    },
+    "max_values_and_own_softmax": {
+        "kind": "correct",
+        "cells": {
+            "softmax_stable":
+                "def softmax_stable(x, dim=-1):\n"
+                "    largest = x.max(dim=dim, keepdim=True).values.detach()\n"
+                "    return softmax_naive(x - largest, dim=dim)\n",
+            "context_vectors":
+                "def context_vectors(inputs):\n"
+                "    attn_weights = softmax_stable(torch.matmul(inputs, inputs.transpose(-1, -2)))\n"
+                "    return torch.matmul(attn_weights, inputs)\n",
+        },
+    },
+    "loop_over_batch": {
+        "kind": "correct",
+        "cells": {
+            "softmax_naive":
+                "def softmax_naive(x, dim=-1):\n"
+                "    exps = x.exp()\n"
+                "    return exps / exps.sum(dim, keepdim=True)\n",
+            "context_vectors":
+                "def context_vectors(inputs):\n"
+                "    *leading, num_tokens, d = inputs.shape\n"
+                "    sentences = inputs.reshape(-1, num_tokens, d)\n"
+                "    out = torch.empty_like(sentences)\n"
+                "    for b, x in enumerate(sentences):\n"
+                "        weights = torch.softmax(x @ x.T, dim=1)\n"
+                "        for i in range(num_tokens):\n"
+                "            out[b, i] = sum(weights[i, j] * x[j] for j in range(num_tokens))\n"
+                "    return out.reshape(inputs.shape)\n",
+        },
+    },
+    "moved_dim": {
+        "kind": "correct",
+        "cells": {
+            "softmax_stable":
+                "def softmax_stable(x, dim=-1):\n"
+                "    moved = x.movedim(dim, -1)\n"
+                "    shifted = moved - torch.max(moved, dim=-1, keepdim=True)[0]\n"
+                "    exps = shifted.exp()\n"
+                "    return (exps / exps.sum(-1, keepdim=True)).movedim(-1, dim)\n",
+        },
+    },
+    # ---------------------------------------------------------------- mistakes: softmax_naive
+    "naive_plain_sum": {
+        "kind": "mistake",
+        "cells": {"softmax_naive": "def softmax_naive(x, dim=-1):\n    return x / x.sum(dim=dim, keepdim=True)\n"},
+        "fails": {"test_softmax_naive": "plain sum"},
+    },
+    "naive_sum_of_everything": {
+        "kind": "mistake",
+        "cells": {"softmax_naive": "def softmax_naive(x, dim=-1):\n    return torch.exp(x) / torch.exp(x).sum()\n"},
+        "fails": {"test_softmax_naive": "adds up the whole matrix"},
+    },
+    "naive_dim0": {
+        "kind": "mistake",
+        "cells": {"softmax_naive":
+                  "def softmax_naive(x, dim=-1):\n"
+                  "    exps = torch.exp(x)\n"
+                  "    return exps / exps.sum(dim=0, keepdim=True)\n"},
+        "fails": {"test_softmax_naive": "dim=0"},
+    },
+    "naive_without_keepdim": {
+        "kind": "mistake",
+        "cells": {"softmax_naive":
+                  "def softmax_naive(x, dim=-1):\n"
+                  "    exps = torch.exp(x)\n"
+                  "    return exps / exps.sum(dim=dim)\n"},
+        "fails": {"test_softmax_naive": "keepdim"},
+    },
+    # ---------------------------------------------------------------- mistakes: softmax_stable
+    "stable_without_max": {
+        "kind": "mistake",
+        "cells": {"softmax_stable":
+                  "def softmax_stable(x, dim=-1):\n"
+                  "    exps = torch.exp(x)\n"
+                  "    return exps / exps.sum(dim=dim, keepdim=True)\n"},
+        "fails": {"test_softmax_stable": "overflows"},
+    },
+    "stable_global_max": {
+        "kind": "mistake",
+        "cells": {"softmax_stable":
+                  "def softmax_stable(x, dim=-1):\n"
+                  "    exps = torch.exp(x - x.max())\n"
+                  "    return exps / exps.sum(dim=dim, keepdim=True)\n"},
+        "fails": {"test_softmax_stable": "maximum of each row"},
+    },
+    "stable_dim0": {
+        "kind": "mistake",
+        "cells": {"softmax_stable":
+                  "def softmax_stable(x, dim=-1):\n"
+                  "    exps = torch.exp(x - x.amax(dim=0, keepdim=True))\n"
+                  "    return exps / exps.sum(dim=0, keepdim=True)\n"},
+        "fails": {"test_softmax_stable": "normalise each row"},
+    },
+    "stable_max_without_keepdim": {
+        "kind": "mistake",
+        "cells": {"softmax_stable":
+                  "def softmax_stable(x, dim=-1):\n"
+                  "    exps = torch.exp(x - x.amax(dim=dim))\n"
+                  "    return exps / exps.sum(dim=dim, keepdim=True)\n"},
+        "fails": {"test_softmax_stable": "keepdim"},
+    },
+    "stable_in_place": {
+        "kind": "mistake",
+        "cells": {"softmax_stable":
+                  "def softmax_stable(x, dim=-1):\n"
+                  "    x -= x.amax(dim=dim, keepdim=True)\n"
+                  "    exps = torch.exp(x)\n"
+                  "    return exps / exps.sum(dim=dim, keepdim=True)\n"},
+        "fails": {"test_softmax_stable": "changed its input"},
+    },
+    # ---------------------------------------------------------------- mistakes: context_vectors
+    "context_softmax_dim0": {
+        "kind": "mistake",
+        "cells": {"context_vectors":
+                  "def context_vectors(inputs):\n"
+                  "    attn_weights = torch.softmax(inputs @ inputs.transpose(-2, -1), dim=0)\n"
+                  "    return attn_weights @ inputs\n"},
+        "fails": {"test_context_vectors_single": "dim=0", "test_context_vectors_batched": "dim=0"},
+    },
+    "context_dot_T_on_batches": {
+        "kind": "mistake",
+        "cells": {"context_vectors":
+                  "def context_vectors(inputs):\n"
+                  "    attn_weights = torch.softmax(inputs @ inputs.T, dim=-1)\n"
+                  "    return attn_weights @ inputs\n"},
+        "fails": {"test_context_vectors_batched": "reverses all three dimensions"},
+    },
+    "context_weights_times_scores": {
+        "kind": "mistake",
+        "cells": {"context_vectors":
+                  "def context_vectors(inputs):\n"
+                  "    attn_scores = inputs @ inputs.transpose(-2, -1)\n"
+                  "    attn_weights = torch.softmax(attn_scores, dim=-1)\n"
+                  "    return attn_weights @ attn_scores\n"},
+        "fails": {"test_context_vectors_single": "not by the scores",
+                  "test_context_vectors_batched": "not by the scores"},
+    },
+    "context_without_softmax": {
+        "kind": "mistake",
+        "cells": {"context_vectors":
+                  "def context_vectors(inputs):\n"
+                  "    return (inputs @ inputs.transpose(-2, -1)) @ inputs\n"},
+        "fails": {"test_context_vectors_single": "softmax", "test_context_vectors_batched": "softmax"},
+    },
+}

@@ -1,0 +1,262 @@
+"""Submission bank for step 03: correct variants written another way, and common mistakes."""
+
+SDPA = "scaled_dot_product_attention"
+V1 = "self_attention_v1"
+V2 = "self_attention_v2"
+TRANSFER = "transfer_weights_v2_to_v1"
+TEST_SDPA = "test_scaled_dot_product_attention"
+TEST_V1 = "test_self_attention_v1"
+TEST_V2 = "test_self_attention_v2"
+TEST_TRANSFER = "test_transfer_weights_v2_to_v1"
+
+
+def sdpa(body):
+    return "def scaled_dot_product_attention(queries, keys, values):\n" + body
+
+
+def v1(init, forward):
+    return ("class SelfAttention_v1(nn.Module):\n"
+            "    def __init__(self, d_in, d_out):\n"
+            "        super().__init__()\n" + init +
+            "\n    def forward(self, x):\n" + forward)
+
+
+def v2(init, forward):
+    return ("class SelfAttention_v2(nn.Module):\n"
+            "    def __init__(self, d_in, d_out, qkv_bias=False):\n"
+            "        super().__init__()\n" + init +
+            "\n    def forward(self, x):\n" + forward)
+
+
+def transfer(body):
+    return "def transfer_weights_v2_to_v1(sa_v2, sa_v1):\n" + body
+
+
+V1_INIT = ("        self.W_query = nn.Parameter(torch.rand(d_in, d_out))\n"
+           "        self.W_key = nn.Parameter(torch.rand(d_in, d_out))\n"
+           "        self.W_value = nn.Parameter(torch.rand(d_in, d_out))\n")
+V2_INIT = ("        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+           "        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+           "        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)\n")
+
+
+def attention_tail(transpose="keys.transpose(-2, -1)", scale="keys.shape[-1] ** 0.5"):
+    return (f"        attn_weights = torch.softmax(queries @ {transpose} / {scale}, dim=-1)\n"
+            "        return attn_weights @ values\n")
+
+
+V1_PROJECT = "        queries, keys, values = x @ self.W_query, x @ self.W_key, x @ self.W_value\n"
+V2_PROJECT = "        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)\n"
+
+VARIANTS = {
+    # ---------------------------------------------------------------- correct, written another way
+    "einsum": {
+        "kind": "correct",
+        "cells": {
+            SDPA: sdpa("    scores = torch.einsum('...qd,...kd->...qk', queries, keys)\n"
+                       "    weights = torch.softmax(scores / math.sqrt(keys.shape[-1]), dim=-1)\n"
+                       "    return torch.einsum('...qk,...kv->...qv', weights, values)\n"),
+            V1: v1(V1_INIT,
+                   "        q = torch.einsum('...ti,io->...to', x, self.W_query)\n"
+                   "        k = torch.einsum('...ti,io->...to', x, self.W_key)\n"
+                   "        v = torch.einsum('...ti,io->...to', x, self.W_value)\n"
+                   "        w = torch.einsum('...qd,...kd->...qk', q, k).div(k.shape[-1] ** 0.5).softmax(dim=-1)\n"
+                   "        return torch.einsum('...qk,...kv->...qv', w, v)\n"),
+        },
+    },
+    "functional_softmax_matmul_math_sqrt": {
+        "kind": "correct",
+        "cells": {
+            SDPA: "import torch.nn.functional as F\n\n\n" + sdpa(
+                "    d_k = keys.size(-1)\n"
+                "    attn_scores = torch.matmul(queries, keys.mT)\n"
+                "    attn_weights = F.softmax(attn_scores / math.sqrt(d_k), dim=attn_scores.dim() - 1)\n"
+                "    return torch.matmul(attn_weights, values)\n"),
+            V2: "import torch.nn.functional as F\n\n\n" + v2(
+                V2_INIT,
+                "        queries = self.W_query(x)\n"
+                "        keys = self.W_key(x)\n"
+                "        values = self.W_value(x)\n"
+                "        scores = torch.matmul(queries, keys.transpose(-1, -2)) / math.sqrt(keys.size(-1))\n"
+                "        return torch.matmul(F.softmax(scores, dim=-1), values)\n"),
+        },
+    },
+    "scale_queries_before_product": {
+        "kind": "correct",
+        "cells": {SDPA: sdpa("    queries = queries / math.sqrt(keys.shape[-1])\n"
+                             "    return torch.softmax(queries @ keys.mT, dim=-1) @ values\n")},
+    },
+    "scale_keys_before_product": {
+        "kind": "correct",
+        "cells": {SDPA: sdpa("    scaled_keys = keys * keys.shape[-1] ** -0.5\n"
+                             "    return torch.softmax(queries @ scaled_keys.transpose(-2, -1), dim=-1) @ values\n")},
+    },
+    "layers_in_other_order_forward_calls_part1": {
+        "kind": "correct",
+        "cells": {
+            V1: v1("        self.W_value = nn.Parameter(torch.rand(d_in, d_out))\n"
+                   "        self.W_key = nn.Parameter(torch.rand(d_in, d_out))\n"
+                   "        self.W_query = nn.Parameter(torch.rand(d_in, d_out))\n",
+                   "        return scaled_dot_product_attention(x @ self.W_query, x @ self.W_key, x @ self.W_value)\n"),
+            V2: v2("        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                   "        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                   "        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)\n",
+                   "        return scaled_dot_product_attention(self.W_query(x), self.W_key(x), self.W_value(x))\n"),
+        },
+    },
+    "helper_attributes_and_setattr": {
+        "kind": "correct",
+        "cells": {
+            V1: v1("        self.d_in, self.d_out = d_in, d_out\n"
+                   "        for name in ('W_query', 'W_key', 'W_value'):\n"
+                   "            setattr(self, name, nn.Parameter(torch.rand(d_in, d_out)))\n",
+                   "        queries, keys, values = (torch.matmul(x, w) for w in (self.W_query, self.W_key, self.W_value))\n"
+                   + attention_tail(scale="math.sqrt(self.d_out)")),
+            V2: v2("        self.scale = 1.0 / math.sqrt(d_out)\n"
+                   "        self.W_query, self.W_key, self.W_value = (nn.Linear(d_in, d_out, qkv_bias) for _ in range(3))\n",
+                   "        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)\n"
+                   "        attn_weights = (queries @ keys.transpose(-2, -1) * self.scale).softmax(-1)\n"
+                   "        return attn_weights @ values\n"),
+        },
+    },
+    "transfer_assigns_new_parameters": {  # the book's way: new nn.Parameter objects on the same module
+        "kind": "correct",
+        "cells": {TRANSFER: transfer("    sa_v1.W_query = nn.Parameter(sa_v2.W_query.weight.T)\n"
+                                     "    sa_v1.W_key = nn.Parameter(sa_v2.W_key.weight.T)\n"
+                                     "    sa_v1.W_value = nn.Parameter(sa_v2.W_value.weight.T)\n")},
+    },
+    "transfer_load_state_dict": {
+        "kind": "correct",
+        "cells": {TRANSFER: transfer("    state = sa_v2.state_dict()\n"
+                                     "    sa_v1.load_state_dict({name: state[name + '.weight'].T\n"
+                                     "                           for name in ('W_query', 'W_key', 'W_value')})\n"
+                                     "    return sa_v1\n")},
+    },
+    "transfer_data_attribute_loop": {
+        "kind": "correct",
+        "cells": {TRANSFER: transfer("    for name in ('W_query', 'W_key', 'W_value'):\n"
+                                     "        getattr(sa_v1, name).data = getattr(sa_v2, name).weight.data.t().clone()\n"
+                                     "    return sa_v1\n")},
+    },
+    # ---------------------------------------------------------------- common mistakes
+    "no_scaling": {
+        "kind": "mistake",
+        "cells": {SDPA: sdpa("    return torch.softmax(queries @ keys.transpose(-2, -1), dim=-1) @ values\n")},
+        "fails": {TEST_SDPA: "not scaled"},
+    },
+    "scale_by_d_k_not_its_root": {
+        "kind": "mistake",
+        "cells": {SDPA: sdpa("    return torch.softmax(queries @ keys.transpose(-2, -1) / keys.shape[-1], dim=-1) @ values\n")},
+        "fails": {TEST_SDPA: "instead of its square root"},
+    },
+    "scale_by_values_width": {
+        "kind": "mistake",
+        "cells": {SDPA: sdpa("    scores = queries @ keys.transpose(-2, -1) / math.sqrt(values.shape[-1])\n"
+                             "    return torch.softmax(scores, dim=-1) @ values\n")},
+        "fails": {TEST_SDPA: "width of the values"},
+    },
+    "softmax_over_queries": {
+        "kind": "mistake",
+        "cells": {SDPA: sdpa("    scores = queries @ keys.transpose(-2, -1) / math.sqrt(keys.shape[-1])\n"
+                             "    return torch.softmax(scores, dim=-2) @ values\n")},
+        "fails": {TEST_SDPA: "softmax over the wrong dimension"},
+    },
+    "softmax_dim_0": {
+        "kind": "mistake",
+        "cells": {SDPA: sdpa("    scores = queries @ keys.transpose(-2, -1) / math.sqrt(keys.shape[-1])\n"
+                             "    return torch.softmax(scores, dim=0) @ values\n")},
+        "fails": {TEST_SDPA: "softmax over the wrong dimension"},
+    },
+    "dot_T_on_batches": {
+        "kind": "mistake",
+        "cells": {SDPA: sdpa("    return torch.softmax(queries @ keys.T / math.sqrt(keys.shape[-1]), dim=-1) @ values\n")},
+        "fails": {TEST_SDPA: "transpose(-2, -1)"},
+    },
+    "divides_queries_in_place": {
+        "kind": "mistake",
+        "cells": {SDPA: sdpa("    queries /= math.sqrt(keys.shape[-1])\n"
+                             "    return torch.softmax(queries @ keys.transpose(-2, -1), dim=-1) @ values\n")},
+        "fails": {TEST_SDPA: "out-of-place"},
+    },
+    "v1_scales_by_d_in": {
+        "kind": "mistake",
+        "cells": {V1: v1(V1_INIT, V1_PROJECT + attention_tail(scale="x.shape[-1] ** 0.5"))},
+        "fails": {TEST_V1: "not by the input width d_in"},
+    },
+    "v2_scales_by_d_in": {
+        "kind": "mistake",
+        "cells": {V2: v2("        self.d_in = d_in\n" + V2_INIT, V2_PROJECT + attention_tail(scale="math.sqrt(self.d_in)"))},
+        "fails": {TEST_V2: "not by the input width d_in"},
+    },
+    "v1_dot_T_on_batches": {
+        "kind": "mistake",
+        "cells": {V1: v1(V1_INIT, V1_PROJECT + attention_tail(transpose="keys.T"))},
+        "fails": {TEST_V1: "transpose(-2, -1)"},
+    },
+    "v1_forward_reads_global_inputs": {
+        "kind": "mistake",
+        "cells": {V1: v1(V1_INIT,
+                         "        queries, keys, values = inputs @ self.W_query, inputs @ self.W_key, inputs @ self.W_value\n"
+                         + attention_tail())},
+        "fails": {TEST_V1: "global `inputs`"},
+    },
+    "v2_forward_reads_global_inputs": {
+        "kind": "mistake",
+        "cells": {V2: v2(V2_INIT,
+                         "        queries, keys, values = self.W_query(inputs), self.W_key(inputs), self.W_value(inputs)\n"
+                         + attention_tail())},
+        "fails": {TEST_V2: "global `inputs`"},
+    },
+    "v1_plain_tensors": {
+        "kind": "mistake",
+        "cells": {V1: v1("        self.W_query = torch.rand(d_in, d_out)\n"
+                         "        self.W_key = torch.rand(d_in, d_out)\n"
+                         "        self.W_value = torch.rand(d_in, d_out)\n",
+                         V1_PROJECT + attention_tail())},
+        "fails": {TEST_V1: "not registered"},
+    },
+    "v2_ignores_qkv_bias": {
+        "kind": "mistake",
+        "cells": {V2: v2("        self.W_query = nn.Linear(d_in, d_out, bias=False)\n"
+                         "        self.W_key = nn.Linear(d_in, d_out, bias=False)\n"
+                         "        self.W_value = nn.Linear(d_in, d_out, bias=False)\n",
+                         V2_PROJECT + attention_tail())},
+        "fails": {TEST_V2: "bias=qkv_bias"},
+    },
+    "transfer_copies_without_transposing": {
+        "kind": "mistake",
+        "cells": {TRANSFER: transfer("    with torch.no_grad():\n"
+                                     "        sa_v1.W_query.copy_(sa_v2.W_query.weight)\n"
+                                     "        sa_v1.W_key.copy_(sa_v2.W_key.weight)\n"
+                                     "        sa_v1.W_value.copy_(sa_v2.W_value.weight)\n"
+                                     "    return sa_v1\n")},
+        "fails": {TEST_TRANSFER: "transpose the weight"},
+    },
+    "transfer_assigns_without_transposing": {
+        "kind": "mistake",
+        "cells": {TRANSFER: transfer("    sa_v1.W_query = nn.Parameter(sa_v2.W_query.weight)\n"
+                                     "    sa_v1.W_key = nn.Parameter(sa_v2.W_key.weight)\n"
+                                     "    sa_v1.W_value = nn.Parameter(sa_v2.W_value.weight)\n"
+                                     "    return sa_v1\n")},
+        "fails": {TEST_TRANSFER: "transposed weight"},
+    },
+    "transfer_builds_a_new_module": {
+        "kind": "mistake",
+        "cells": {TRANSFER: transfer("    d_out, d_in = sa_v2.W_query.weight.shape\n"
+                                     "    new = SelfAttention_v1(d_in, d_out)\n"
+                                     "    with torch.no_grad():\n"
+                                     "        new.W_query.copy_(sa_v2.W_query.weight.T)\n"
+                                     "        new.W_key.copy_(sa_v2.W_key.weight.T)\n"
+                                     "        new.W_value.copy_(sa_v2.W_value.weight.T)\n"
+                                     "    return new\n")},
+        "fails": {TEST_TRANSFER: "in place"},
+    },
+    "transfer_without_no_grad": {
+        "kind": "mistake",
+        "cells": {TRANSFER: transfer("    sa_v1.W_query.copy_(sa_v2.W_query.weight.T)\n"
+                                     "    sa_v1.W_key.copy_(sa_v2.W_key.weight.T)\n"
+                                     "    sa_v1.W_value.copy_(sa_v2.W_value.weight.T)\n"
+                                     "    return sa_v1\n")},
+        "fails": {TEST_TRANSFER: "torch.no_grad()"},
+    },
+}

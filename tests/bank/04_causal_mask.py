@@ -1,0 +1,376 @@
+"""Submission bank for step 04: correct variants written another way, and common mistakes."""
+
+
+def _edit(text, *pairs):
+    """`text` with each (old, new) replaced; `old` must occur, so a variant cannot silently stop being one."""
+    for old, new in pairs:
+        if old not in text:
+            raise ValueError(f"bank 04: {old!r} not found")
+        text = text.replace(old, new)
+    return text
+
+
+# The answer key's module without solution markers: the mistakes below are small edits of it.
+_MODULE = '''class CausalSelfAttention(nn.Module):
+    def __init__(self, d_in, d_out, context_length, qkv_bias=False):
+        super().__init__()
+        self.context_length = context_length
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length, dtype=torch.bool), diagonal=1))
+
+    def forward(self, x):
+        num_tokens = x.shape[1]
+        if num_tokens > self.context_length:
+            raise ValueError(f"{num_tokens} tokens, more than context_length={self.context_length}")
+        queries = self.W_query(x)
+        keys = self.W_key(x)
+        values = self.W_value(x)
+        attn_scores = queries @ keys.transpose(-2, -1)
+        attn_scores = attn_scores.masked_fill(self.mask[:num_tokens, :num_tokens], float("-inf"))
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
+        return attn_weights @ values
+'''
+
+_RENORMALIZED = '''def renormalized_causal_weights(attn_weights):
+    num_tokens = attn_weights.shape[-1]
+    kept = attn_weights.masked_fill(causal_mask(num_tokens), 0.0)
+    return kept / kept.sum(dim=-1, keepdim=True)
+'''
+
+_CAUSAL_WEIGHTS = '''def causal_attention_weights(attn_scores, d_k):
+    num_tokens = attn_scores.shape[-1]
+    masked = attn_scores.masked_fill(causal_mask(num_tokens), float("-inf"))
+    return torch.softmax(masked / d_k**0.5, dim=-1)
+'''
+
+_MASK_FILL = 'attn_scores = attn_scores.masked_fill(self.mask[:num_tokens, :num_tokens], float("-inf"))'
+_REGISTER = 'self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length, dtype=torch.bool), diagonal=1))'
+_CHECK = '''        if num_tokens > self.context_length:
+            raise ValueError(f"{num_tokens} tokens, more than context_length={self.context_length}")
+'''
+
+VARIANTS = {
+    # ---------------------------------------------------------------- correct
+    "arange_where_finfo_min": {
+        "kind": "correct",
+        "cells": {
+            "causal_mask":
+                "def causal_mask(num_tokens):\n"
+                "    positions = torch.arange(num_tokens)\n"
+                "    return positions[None, :] > positions[:, None]\n",
+            "causal_attention_weights":
+                "import math\n"
+                "import torch.nn.functional as F\n\n\n"
+                "def causal_attention_weights(attn_scores, d_k):\n"
+                "    scaled = attn_scores / math.sqrt(d_k)\n"
+                "    hide = causal_mask(scaled.shape[-1])\n"
+                "    return F.softmax(torch.where(hide, torch.finfo(scaled.dtype).min, scaled), dim=-1)\n",
+            "causal_self_attention": _edit(
+                _MODULE, (_MASK_FILL, "attn_scores = torch.where(self.mask[:num_tokens, :num_tokens], -1e9, attn_scores)")),
+        },
+    },
+    "tril_keep_mask": {
+        # the mask kept in the opposite convention (1 = may attend) and inverted where it is used
+        "kind": "correct",
+        "cells": {
+            "causal_mask":
+                "def causal_mask(num_tokens):\n"
+                "    return ~torch.tril(torch.ones(num_tokens, num_tokens)).bool()\n",
+            "renormalized_causal_weights":
+                "def renormalized_causal_weights(attn_weights):\n"
+                "    T = attn_weights.shape[-1]\n"
+                "    keep = torch.tril(torch.ones(T, T))\n"
+                "    kept = attn_weights * keep\n"
+                "    return kept / kept.sum(dim=-1, keepdim=True)\n",
+            "causal_attention_weights":
+                "def causal_attention_weights(attn_scores, d_k):\n"
+                "    T = attn_scores.shape[-1]\n"
+                "    keep = torch.tril(torch.ones(T, T))\n"
+                "    return torch.softmax(attn_scores.masked_fill(keep == 0, float('-inf')) / d_k ** 0.5, dim=-1)\n",
+            "causal_self_attention": _edit(
+                _MODULE,
+                (_REGISTER, 'self.register_buffer("mask", torch.tril(torch.ones(context_length, context_length)))'),
+                (_MASK_FILL, 'attn_scores = attn_scores.masked_fill(self.mask[:num_tokens, :num_tokens] == 0, float("-inf"))')),
+        },
+    },
+    "einsum_layers_reordered_large_negative": {
+        # layers created value, key, query; extra attributes; einsum; -1e9 instead of -inf; a loop for way 1
+        "kind": "correct",
+        "cells": {
+            "renormalized_causal_weights":
+                "def renormalized_causal_weights(attn_weights):\n"
+                "    out = attn_weights.clone()\n"
+                "    T = out.shape[-1]\n"
+                "    for i in range(T):\n"
+                "        out[..., i, i + 1:] = 0.0\n"
+                "        out[..., i, :] = out[..., i, :] / out[..., i, :].sum(dim=-1, keepdim=True)\n"
+                "    return out\n",
+            "causal_attention_weights":
+                "def causal_attention_weights(attn_scores, d_k):\n"
+                "    T = attn_scores.shape[-1]\n"
+                "    return torch.softmax(attn_scores.masked_fill(causal_mask(T), -1e9) * d_k ** -0.5, dim=-1)\n",
+            "causal_self_attention":
+                "class CausalSelfAttention(nn.Module):\n"
+                "    def __init__(self, d_in, d_out, context_length, qkv_bias=False):\n"
+                "        super().__init__()\n"
+                "        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                "        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                "        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                "        self.d_out = d_out\n"
+                "        self.max_tokens = context_length\n"
+                "        self.register_buffer('mask', causal_mask(context_length))\n\n"
+                "    def forward(self, x):\n"
+                "        b, T, _ = x.shape\n"
+                "        if T > self.max_tokens:\n"
+                "            raise ValueError(f'context_length is {self.max_tokens}, got {T} tokens')\n"
+                "        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)\n"
+                "        scores = torch.einsum('bid,bjd->bij', q, k).masked_fill(self.mask[:T, :T], -1e9)\n"
+                "        weights = torch.softmax(scores / self.d_out ** 0.5, dim=-1)\n"
+                "        return torch.einsum('bij,bjd->bid', weights, v)\n",
+        },
+    },
+    "book_style_in_place": {
+        # float triu buffer used with .bool() and masked_fill_ on the module's own scores, as in the book
+        "kind": "correct",
+        "cells": {
+            "causal_self_attention": _edit(_MODULE, (
+                _REGISTER, 'self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))'), (
+                _MASK_FILL, "attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)")),
+        },
+    },
+    "where_clone_way_1_in_module": {
+        # torch.where for way 1, clone + masked_fill_ for way 2, and the module applying way 1
+        "kind": "correct",
+        "cells": {
+            "renormalized_causal_weights":
+                "def renormalized_causal_weights(attn_weights):\n"
+                "    hide = causal_mask(attn_weights.shape[-1])\n"
+                "    kept = torch.where(hide, torch.zeros_like(attn_weights), attn_weights)\n"
+                "    return kept / torch.sum(kept, dim=-1, keepdim=True)\n",
+            "causal_attention_weights":
+                "def causal_attention_weights(attn_scores, d_k):\n"
+                "    scores = attn_scores.clone()\n"
+                "    scores.masked_fill_(causal_mask(scores.shape[-1]), -torch.inf)\n"
+                "    return torch.softmax(scores / d_k ** 0.5, dim=-1)\n",
+            "causal_self_attention":
+                "class CausalSelfAttention(nn.Module):\n"
+                "    def __init__(self, d_in, d_out, context_length, qkv_bias=False):\n"
+                "        super().__init__()\n"
+                "        self.W_query = torch.nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                "        self.W_key = torch.nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                "        self.W_value = torch.nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                "        self.register_buffer('mask', torch.triu(torch.ones(context_length, context_length), diagonal=1))\n\n"
+                "    def forward(self, x):\n"
+                "        b, num_tokens, d_in = x.shape\n"
+                "        if num_tokens > self.mask.shape[0]:\n"
+                "            raise ValueError(f'too many tokens: {num_tokens} > context_length ({self.mask.shape[0]})')\n"
+                "        keys = self.W_key(x)\n"
+                "        queries = self.W_query(x)\n"
+                "        values = self.W_value(x)\n"
+                "        attn_scores = queries @ keys.mT\n"
+                "        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)\n"
+                "        hide = self.mask.bool()[:num_tokens, :num_tokens]\n"
+                "        attn_weights = attn_weights.masked_fill(hide, 0.0)\n"
+                "        attn_weights = attn_weights / attn_weights.sum(dim=-1, keepdim=True)\n"
+                "        return attn_weights @ values\n",
+        },
+    },
+    "additive_mask_persistent_false": {
+        # an additive 0 / -inf mask, a non-persistent buffer, F.softmax, bmm with reshape
+        "kind": "correct",
+        "cells": {
+            "causal_mask":
+                "def causal_mask(num_tokens):\n"
+                "    return torch.ones(num_tokens, num_tokens).triu(1).bool()\n",
+            "causal_attention_weights":
+                "import torch.nn.functional as F\n\n\n"
+                "def causal_attention_weights(attn_scores, d_k):\n"
+                "    T = attn_scores.shape[-1]\n"
+                "    additive = torch.zeros(T, T).masked_fill(causal_mask(T), float('-inf'))\n"
+                "    return F.softmax(attn_scores / d_k ** 0.5 + additive, dim=-1)\n",
+            "causal_self_attention":
+                "import torch.nn.functional as F\n\n\n"
+                "class CausalSelfAttention(nn.Module):\n"
+                "    def __init__(self, d_in, d_out, context_length, qkv_bias=False):\n"
+                "        super().__init__()\n"
+                "        self.context_length = context_length\n"
+                "        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                "        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                "        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                "        self.register_buffer('mask', causal_mask(context_length), persistent=False)\n\n"
+                "    def forward(self, x):\n"
+                "        if x.shape[1] > self.context_length:\n"
+                "            raise ValueError('input longer than context_length')\n"
+                "        b, T, _ = x.shape\n"
+                "        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)\n"
+                "        scores = torch.bmm(q.reshape(b, T, -1), k.permute(0, 2, 1))\n"
+                "        additive = torch.zeros(T, T, dtype=scores.dtype).masked_fill(self.mask[:T, :T], float('-inf'))\n"
+                "        weights = F.softmax(scores / k.shape[-1] ** 0.5 + additive, dim=-1)\n"
+                "        return torch.bmm(weights, v)\n",
+        },
+    },
+    # ---------------------------------------------------------------- mistakes: the mask itself
+    "causal_mask_tril_hides_past": {
+        "kind": "mistake",
+        "cells": {
+            "causal_mask":
+                "def causal_mask(num_tokens):\n"
+                "    return torch.tril(torch.ones(num_tokens, num_tokens, dtype=torch.bool), diagonal=-1)\n",
+        },
+        # every part built on causal_mask hides the past too; the two ways still agree with each other
+        "fails": {"test_causal_mask": "torch.tril hides the past",
+                  "test_renormalized_causal_weights": "above the diagonal",
+                  "test_causal_attention_weights": "row 0 must put all its weight on token 0",
+                  "test_causal_self_attention": "ABOVE the diagonal"},
+    },
+    "module_mask_tril_as_hide_mask": {
+        "kind": "mistake",
+        "cells": {
+            "causal_self_attention": _edit(
+                _MODULE, (_REGISTER, 'self.register_buffer("mask", torch.tril(torch.ones(context_length, context_length, dtype=torch.bool)))')),
+        },
+        "fails": {"test_causal_self_attention": "ABOVE the diagonal"},
+    },
+    "module_mask_diagonal_0": {
+        "kind": "mistake",
+        "cells": {"causal_self_attention": _edit(_MODULE, ("diagonal=1", "diagonal=0"))},
+        "fails": {"test_causal_self_attention": "ABOVE the diagonal"},
+    },
+    # ---------------------------------------------------------------- mistakes: way 1 and way 2
+    "renormalisation_forgotten": {
+        "kind": "mistake",
+        "cells": {
+            "renormalized_causal_weights":
+                "def renormalized_causal_weights(attn_weights):\n"
+                "    return attn_weights.masked_fill(causal_mask(attn_weights.shape[-1]), 0.0)\n",
+        },
+        "fails": {"test_renormalized_causal_weights": "divide each row by its sum",
+                  "test_two_ways_agree": "divides by the row sums"},
+    },
+    "minus_inf_after_softmax": {
+        "kind": "mistake",
+        "cells": {"renormalized_causal_weights": _edit(_RENORMALIZED, ("0.0)", "float('-inf'))"))},
+        "fails": {"test_renormalized_causal_weights": "-inf after softmax",
+                  "test_two_ways_agree": "both must give the same weights"},
+    },
+    "renormalized_in_place_on_input": {
+        "kind": "mistake",
+        "cells": {
+            "renormalized_causal_weights":
+                "def renormalized_causal_weights(attn_weights):\n"
+                "    attn_weights.masked_fill_(causal_mask(attn_weights.shape[-1]), 0.0)\n"
+                "    attn_weights /= attn_weights.sum(dim=-1, keepdim=True)\n"
+                "    return attn_weights\n",
+        },
+        "fails": {"test_renormalized_causal_weights": "not masked_fill_"},
+    },
+    "softmax_then_minus_inf": {
+        "kind": "mistake",
+        "cells": {
+            "causal_attention_weights":
+                "def causal_attention_weights(attn_scores, d_k):\n"
+                "    attn_weights = torch.softmax(attn_scores / d_k**0.5, dim=-1)\n"
+                "    return attn_weights.masked_fill(causal_mask(attn_scores.shape[-1]), float('-inf'))\n",
+        },
+        "fails": {"test_causal_attention_weights": "-inf BEFORE softmax",
+                  "test_two_ways_agree": "masks before the softmax"},
+    },
+    "masked_fill_result_dropped_way_2": {
+        "kind": "mistake",
+        "cells": {
+            "causal_attention_weights":
+                "def causal_attention_weights(attn_scores, d_k):\n"
+                "    attn_scores.masked_fill(causal_mask(attn_scores.shape[-1]), float('-inf'))\n"
+                "    return torch.softmax(attn_scores / d_k**0.5, dim=-1)\n",
+        },
+        "fails": {"test_causal_attention_weights": "keep the result of masked_fill",
+                  "test_two_ways_agree": "both must give the same weights"},
+    },
+    "scaling_forgotten": {
+        "kind": "mistake",
+        "cells": {"causal_attention_weights": _edit(_CAUSAL_WEIGHTS, ("masked / d_k**0.5", "masked"))},
+        "fails": {"test_causal_attention_weights": "sqrt(4)",
+                  "test_two_ways_agree": "sqrt(d_k)"},
+    },
+    "way_2_in_place_on_input": {
+        "kind": "mistake",
+        "cells": {
+            "causal_attention_weights":
+                "def causal_attention_weights(attn_scores, d_k):\n"
+                "    attn_scores.masked_fill_(causal_mask(attn_scores.shape[-1]), float('-inf'))\n"
+                "    return torch.softmax(attn_scores / d_k**0.5, dim=-1)\n",
+        },
+        "fails": {"test_causal_attention_weights": "not masked_fill_"},
+    },
+    # ---------------------------------------------------------------- mistakes: the module
+    "masked_fill_result_dropped_module": {
+        "kind": "mistake",
+        "cells": {"causal_self_attention": _edit(_MODULE, (_MASK_FILL, _MASK_FILL.replace("attn_scores = ", "", 1)))},
+        "fails": {"test_causal_self_attention": "keep the result of masked_fill"},
+    },
+    "mask_not_sliced": {
+        "kind": "mistake",
+        "cells": {"causal_self_attention": _edit(_MODULE, ("self.mask[:num_tokens, :num_tokens]", "self.mask"))},
+        "fails": {"test_causal_self_attention": "slice the mask"},
+    },
+    "transpose_T_on_batch": {
+        "kind": "mistake",
+        "cells": {"causal_self_attention": _edit(_MODULE, ("keys.transpose(-2, -1)", "keys.T"))},
+        "fails": {"test_causal_self_attention": "not keys.T"},
+    },
+    "forward_reads_notebook_batch": {
+        "kind": "mistake",
+        "cells": {"causal_self_attention": _edit(_MODULE, ("num_tokens = x.shape[1]", "num_tokens = batch.shape[1]"))},
+        # the length check reads the notebook's 6-token batch too, so a 7-token context lets 8 tokens through
+        "fails": {"test_causal_self_attention": "not a notebook variable",
+                  "test_causal_self_attention_too_long": "should raise ValueError"},
+    },
+    "forward_reads_notebook_d_k": {
+        "kind": "mistake",
+        # d_k = 2 is a variable of the notebook (set by the Part 3 tests): right only when d_out == 2
+        "cells": {"causal_self_attention": _edit(_MODULE, ("keys.shape[-1] ** 0.5", "d_k ** 0.5"))},
+        "fails": {"test_causal_self_attention": "the module's attributes"},
+    },
+    "qkv_bias_ignored": {
+        "kind": "mistake",
+        "cells": {"causal_self_attention": _edit(_MODULE, *[(f"self.{n} = nn.Linear(d_in, d_out, bias=qkv_bias)",
+                                                             f"self.{n} = nn.Linear(d_in, d_out)")
+                                                            for n in ("W_query", "W_key", "W_value")])},
+        "fails": {"test_causal_self_attention": "bias=qkv_bias"},
+    },
+    "mask_plain_attribute": {
+        "kind": "mistake",
+        "cells": {"causal_self_attention": _edit(_MODULE, (
+            _REGISTER,
+            "self.mask = torch.triu(torch.ones(context_length, context_length, dtype=torch.bool), diagonal=1)"))},
+        "fails": {"test_causal_self_attention_mask_buffer": "register_buffer"},
+    },
+    "mask_as_parameter": {
+        "kind": "mistake",
+        "cells": {"causal_self_attention": _edit(
+            _MODULE,
+            (_REGISTER, "self.mask = nn.Parameter(torch.triu(torch.ones(context_length, context_length), diagonal=1))"),
+            ("self.mask[:num_tokens, :num_tokens]", "self.mask.bool()[:num_tokens, :num_tokens]"))},
+        "fails": {"test_causal_self_attention_mask_buffer": "register_buffer"},
+    },
+    "assert_instead_of_value_error": {
+        "kind": "mistake",
+        "cells": {"causal_self_attention": _edit(_MODULE, (
+            _CHECK, '        assert num_tokens <= self.context_length, "too many tokens for context_length"\n'))},
+        "fails": {"test_causal_self_attention_too_long": "should raise ValueError"},
+    },
+    "no_length_check": {
+        "kind": "mistake",
+        "cells": {"causal_self_attention": _edit(_MODULE, (_CHECK, ""))},
+        "fails": {"test_causal_self_attention_too_long": "should raise ValueError"},
+    },
+    "value_error_without_the_name": {
+        "kind": "mistake",
+        "cells": {"causal_self_attention": _edit(_MODULE, (
+            'raise ValueError(f"{num_tokens} tokens, more than context_length={self.context_length}")',
+            'raise ValueError("the input is too long")'))},
+        "fails": {"test_causal_self_attention_too_long": "name context_length"},
+    },
+}

@@ -1,0 +1,204 @@
+"""Submission bank for step 05: correct variants written another way, and common mistakes."""
+
+_CAUSAL_ATTENTION = '''class CausalAttention(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length, dtype=torch.bool), 1))
+
+    def forward(self, x):
+        b, num_tokens, d_in = x.shape
+        if num_tokens > self.mask.shape[0]:
+            raise ValueError(f"too many tokens for context_length={self.mask.shape[0]}")
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)
+        attn_scores = queries @ keys.transpose(-2, -1)
+        MASK_LINE
+        SOFTMAX_LINE
+        DROPOUT_LINE
+        return attn_weights @ values
+'''
+
+
+def _causal_attention(mask="attn_scores = attn_scores.masked_fill(self.mask[:num_tokens, :num_tokens], float('-inf'))",
+                      softmax="attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)",
+                      dropout="attn_weights = self.dropout(attn_weights)", check=True):
+    source = (_CAUSAL_ATTENTION.replace("MASK_LINE", mask).replace("SOFTMAX_LINE", softmax)
+              .replace("DROPOUT_LINE", dropout))
+    if not check:
+        source = source.replace(
+            "        if num_tokens > self.mask.shape[0]:\n"
+            "            raise ValueError(f\"too many tokens for context_length={self.mask.shape[0]}\")\n", "")
+    return source
+
+
+_DROPOUT_HEAD = "def dropout(x, p, training=True, generator=None):\n"
+_P_CHECK = ("    if not 0 <= p <= 1:\n"
+            "        raise ValueError(f'p must be in [0, 1], got p={p}')\n")
+_SWITCHES = ("    if not training or p == 0:\n"
+             "        return x\n"
+             "    if p == 1:\n"
+             "        return torch.zeros_like(x)\n")
+_DRAW = "    keep = torch.rand(x.shape, generator=generator) >= p\n"
+
+VARIANTS = {
+    "bernoulli_mask": {
+        "kind": "correct",
+        "cells": {
+            "dropout":
+                _DROPOUT_HEAD + _P_CHECK + _SWITCHES +
+                "    mask = torch.bernoulli(torch.full_like(x, 1 - p), generator=generator)\n"
+                "    return mask * x * (1.0 / (1 - p))\n",
+        },
+    },
+    "where_keep_below_one_minus_p": {
+        "kind": "correct",
+        "cells": {
+            "dropout":
+                _DROPOUT_HEAD +
+                "    if p < 0 or p > 1:\n"
+                "        raise ValueError('the dropout probability p must lie in [0, 1]')\n"
+                "    if not training:\n"
+                "        return x.clone()\n"
+                "    keep = torch.rand(x.shape, generator=generator) < 1 - p\n"
+                "    scale = 1 / (1 - p) if p < 1 else 0.0\n"
+                "    return torch.where(keep, x * scale, torch.zeros_like(x))\n",
+        },
+    },
+    "functional_dropout_without_generator": {
+        # F.dropout cannot take a generator: use it when none is given, draw a mask from the generator otherwise.
+        "kind": "correct",
+        "cells": {
+            "dropout":
+                _DROPOUT_HEAD +
+                "    import torch.nn.functional as F\n"
+                "    if generator is None:\n"
+                "        return F.dropout(x, p, training=training)\n"
+                + _P_CHECK + _SWITCHES + _DRAW +
+                "    return x * keep / (1 - p)\n",
+        },
+    },
+    "attention_reordered_einsum_functional": {
+        # layers created value-first, einsum, a large negative number instead of -inf, a float mask buffer,
+        # F.dropout reading self.training, reshape of the mask slice: all correct.
+        "kind": "correct",
+        "cells": {
+            "causal_attention":
+                "class CausalAttention(nn.Module):\n"
+                "    def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):\n"
+                "        super().__init__()\n"
+                "        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                "        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                "        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                "        self.dropout = nn.Dropout(dropout)\n"
+                "        self.context_length = context_length\n"
+                "        self.register_buffer('mask', torch.triu(torch.ones(context_length, context_length), diagonal=1))\n"
+                "\n"
+                "    def forward(self, x):\n"
+                "        T = x.size(1)\n"
+                "        if T > self.context_length:\n"
+                "            raise ValueError(f'got {T} tokens but context_length is {self.context_length}')\n"
+                "        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)\n"
+                "        s = torch.einsum('btd,bsd->bts', q, k) / k.shape[-1] ** 0.5\n"
+                "        s = torch.where(self.mask[:T, :T].bool(), torch.full_like(s, -1e9), s)\n"
+                "        w = torch.nn.functional.softmax(s, dim=-1)\n"
+                "        w = torch.nn.functional.dropout(w, self.dropout.p, training=self.training)\n"
+                "        return torch.einsum('bts,bsd->btd', w, v)\n",
+        },
+    },
+    "attention_uses_own_dropout": {
+        "kind": "correct",
+        "cells": {"causal_attention": _causal_attention(
+            dropout="attn_weights = dropout(attn_weights, self.dropout.p, training=self.training)")},
+    },
+    "dropout_ignores_training": {
+        "kind": "mistake",
+        "cells": {"dropout": _DROPOUT_HEAD + _P_CHECK +
+                  "    if p == 0:\n        return x\n    if p == 1:\n        return torch.zeros_like(x)\n"
+                  + _DRAW + "    return x * keep / (1 - p)\n"},
+        "fails": {"test_dropout_special_cases": "training=False"},
+    },
+    "no_rescaling": {
+        "kind": "mistake",
+        "cells": {"dropout": _DROPOUT_HEAD + _P_CHECK + _SWITCHES + _DRAW + "    return x * keep\n"},
+        "fails": {"test_dropout_training": "divide every kept entry by 1 - p"},
+    },
+    "scaled_by_keep_probability": {
+        "kind": "mistake",
+        "cells": {"dropout": _DROPOUT_HEAD + _P_CHECK + _SWITCHES + _DRAW + "    return x * keep * (1 - p)\n"},
+        "fails": {"test_dropout_training": "divide every kept entry by 1 - p"},
+    },
+    "drops_with_probability_one_minus_p": {
+        "kind": "mistake",
+        "cells": {"dropout": _DROPOUT_HEAD + _P_CHECK + _SWITCHES +
+                  "    keep = torch.rand(x.shape, generator=generator) < p\n"
+                  "    return x * keep / (1 - p)\n"},
+        "fails": {"test_dropout_training": "are the two swapped"},
+    },
+    "generator_ignored": {
+        "kind": "mistake",
+        "cells": {"dropout": _DROPOUT_HEAD + _P_CHECK + _SWITCHES +
+                  "    keep = torch.rand(x.shape) >= p\n"
+                  "    return x * keep / (1 - p)\n"},
+        "fails": {"test_dropout_training": "generator=generator"},
+    },
+    "p_one_divides_by_zero": {
+        "kind": "mistake",
+        "cells": {"dropout": _DROPOUT_HEAD + _P_CHECK +
+                  "    if not training or p == 0:\n        return x\n" + _DRAW + "    return x * keep / (1 - p)\n"},
+        "fails": {"test_dropout_special_cases": "p = 1 drops every entry"},
+    },
+    "no_value_error_for_p": {
+        "kind": "mistake",
+        "cells": {"dropout": _DROPOUT_HEAD + _SWITCHES + _DRAW + "    return x * keep / (1 - p)\n"},
+        "fails": {"test_dropout_special_cases": "did not raise a ValueError"},
+    },
+    "assert_instead_of_value_error": {
+        "kind": "mistake",
+        "cells": {"dropout": _DROPOUT_HEAD + "    assert 0 <= p <= 1, 'p must be in [0, 1]'\n" + _SWITCHES + _DRAW +
+                  "    return x * keep / (1 - p)\n"},
+        "fails": {"test_dropout_special_cases": "instead of a ValueError"},
+    },
+    "attention_dropout_on_scores": {
+        "kind": "mistake",
+        "cells": {"causal_attention": _causal_attention(
+            mask="attn_scores = self.dropout(attn_scores)\n"
+                 "        attn_scores = attn_scores.masked_fill(self.mask[:num_tokens, :num_tokens], float('-inf'))",
+            dropout="pass")},
+        "fails": {"test_causal_attention_dropout": "after softmax"},
+    },
+    "attention_dropout_on_values": {
+        "kind": "mistake",
+        "cells": {"causal_attention": _causal_attention(dropout="values = self.dropout(values)")},
+        "fails": {"test_causal_attention_dropout": "not on the values"},
+    },
+    "attention_without_dropout": {
+        "kind": "mistake",
+        "cells": {"causal_attention": _causal_attention(dropout="pass")},
+        "fails": {"test_causal_attention_dropout": "after softmax"},
+    },
+    "attention_mask_not_sliced": {
+        "kind": "mistake",
+        "cells": {"causal_attention": _causal_attention(
+            mask="attn_scores = attn_scores.masked_fill(self.mask, float('-inf'))")},
+        "fails": {"test_causal_attention": "self.mask[:T, :T]"},
+    },
+    "attention_no_length_check": {
+        "kind": "mistake",
+        "cells": {"causal_attention": _causal_attention(check=False)},
+        "fails": {"test_causal_attention": "context_length"},
+    },
+    "attention_masked_fill_result_dropped": {
+        "kind": "mistake",
+        "cells": {"causal_attention": _causal_attention(
+            mask="attn_scores.masked_fill(self.mask[:num_tokens, :num_tokens], float('-inf'))")},
+        "fails": {"test_causal_attention": "keep the masked result"},
+    },
+    "attention_not_scaled": {
+        "kind": "mistake",
+        "cells": {"causal_attention": _causal_attention(softmax="attn_weights = torch.softmax(attn_scores, dim=-1)")},
+        "fails": {"test_causal_attention": "sqrt(d_out)"},
+    },
+}

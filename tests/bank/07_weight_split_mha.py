@@ -1,0 +1,377 @@
+"""Submission bank for step 07: correct variants written another way, and common mistakes."""
+
+# The answer key's MultiHeadAttention calls split_heads and merge_heads, so a mistake in either also breaks
+# Parts 3 and 4 (they build on it); mistakes inside MultiHeadAttention also break Part 4, whose
+# MultiHeadAttention must reproduce the wrapper.
+
+_MHA_RESHAPE_PERMUTE = '''\
+class MultiHeadAttention(nn.Module):
+    """Causal multi-head attention with weight splits: (b, T, d_in) -> (b, T, d_out)."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        if d_out % num_heads:
+            raise ValueError(f"num_heads={num_heads} must divide d_out={d_out}")
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.ones(context_length, context_length).triu(diagonal=1).bool())
+
+    def forward(self, x):
+        b, num_tokens, _ = x.shape
+        if num_tokens > self.mask.size(0):
+            raise ValueError(f"input has {num_tokens} tokens but context_length is {self.mask.size(0)}")
+        shape = (b, num_tokens, self.num_heads, self.head_dim)
+        queries = self.W_query(x).reshape(shape).permute(0, 2, 1, 3)
+        keys = self.W_key(x).reshape(shape).permute(0, 2, 1, 3)
+        values = self.W_value(x).reshape(shape).permute(0, 2, 1, 3)
+        attn_scores = torch.matmul(queries, keys.permute(0, 1, 3, 2)) / math.sqrt(self.head_dim)
+        attn_scores = attn_scores.masked_fill(self.mask[:num_tokens, :num_tokens], -math.inf)
+        attn_weights = self.dropout(F.softmax(attn_scores, dim=3))
+        context_vecs = torch.matmul(attn_weights, values).permute(0, 2, 1, 3).reshape(b, num_tokens, self.d_out)
+        return self.out_proj(context_vecs)
+'''
+
+_MHA_EINSUM_WHERE = '''\
+class MultiHeadAttention(nn.Module):
+    """Layers created in another order, a float mask, einsum, torch.where with a large negative number."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        if d_out % num_heads != 0:
+            raise ValueError("d_out must be a multiple of num_heads")
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+        self.num_heads = num_heads
+        self.context_length = context_length
+        self.calls = 0  # an extra helper attribute
+
+    def forward(self, x):
+        self.calls += 1
+        b, t, _ = x.shape
+        if t > self.context_length:
+            raise ValueError(f"sequence of length {t} is longer than context_length {self.context_length}")
+        h = self.num_heads
+        q = self.W_query(x).unflatten(-1, (h, -1))  # (b, t, h, hd)
+        k = self.W_key(x).unflatten(-1, (h, -1))
+        v = self.W_value(x).unflatten(-1, (h, -1))
+        scores = torch.einsum("bthd,bshd->bhts", q, k) * q.shape[-1] ** -0.5
+        scores = torch.where(self.mask[:t, :t].bool(), torch.full_like(scores, -1e9), scores)
+        weights = self.dropout(scores.softmax(dim=-1))
+        out = torch.einsum("bhts,bshd->bthd", weights, v).flatten(-2)
+        return self.out_proj(out)
+'''
+
+_MHA_INPLACE_FINFO = '''\
+class MultiHeadAttention(nn.Module):
+    """Helpers from Parts 1 and 2, queries scaled before the product, masked_fill_ with the smallest float."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        if d_out % num_heads:
+            raise ValueError(f"d_out ({d_out}) is not divisible by num_heads ({num_heads})")
+        self.num_heads = num_heads
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out, bias=True)
+        self.dropout = nn.Dropout(p=dropout)
+        self.register_buffer("mask", ~torch.tril(torch.ones(context_length, context_length, dtype=torch.bool)))
+
+    def forward(self, x):
+        T = x.size(1)
+        if T > self.mask.shape[-1]:
+            raise ValueError(f"too many tokens for context_length: {T} > {self.mask.shape[-1]}")
+        q = split_heads(self.W_query(x), self.num_heads)
+        k = split_heads(self.W_key(x), self.num_heads)
+        v = split_heads(self.W_value(x), self.num_heads)
+        q = q / math.sqrt(q.shape[-1])
+        attn_scores = q @ k.mT
+        attn_scores.masked_fill_(self.mask[:T, :T], torch.finfo(attn_scores.dtype).min)
+        attn_weights = self.dropout(torch.softmax(attn_scores, dim=-1))
+        return self.out_proj(merge_heads(attn_weights @ v))
+'''
+
+# The answer key's forward with one line changed, for the mistakes inside MultiHeadAttention.
+_MHA_KEY = '''\
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        if d_out % num_heads != 0:
+            raise ValueError(f"d_out={d_out} must be divisible by num_heads={num_heads}")
+        self.num_heads = num_heads
+        self.head_dim = d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length, dtype=torch.bool), diagonal=1))
+
+    def forward(self, x):
+        b, num_tokens, d_in = x.shape
+        if num_tokens > self.mask.shape[0]:
+            raise ValueError(f"{num_tokens} tokens do not fit context_length={self.mask.shape[0]}")
+        queries = split_heads(self.W_query(x), self.num_heads)
+        keys = split_heads(self.W_key(x), self.num_heads)
+        values = split_heads(self.W_value(x), self.num_heads)
+        attn_scores = queries @ keys.transpose(-2, -1)
+        attn_scores = attn_scores.masked_fill(self.mask[:num_tokens, :num_tokens], float("-inf"))
+        attn_weights = torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1)
+        attn_weights = self.dropout(attn_weights)
+        context_vecs = merge_heads(attn_weights @ values)
+        return self.out_proj(context_vecs)
+'''
+
+
+def _mha_with(old, new):
+    assert old in _MHA_KEY, old
+    return _MHA_KEY.replace(old, new)
+
+
+_WRAPPER_TO_SPLIT_STATE_DICT = '''\
+def wrapper_to_split(wrapper):
+    """Build a state dict and load it."""
+    heads = list(wrapper.heads)
+    num_heads = len(heads)
+    d_in = heads[0].W_query.weight.shape[1]
+    d_out = num_heads * heads[0].W_query.weight.shape[0]
+    has_bias = heads[0].W_query.bias is not None
+    mha = MultiHeadAttention(d_in, d_out, heads[0].mask.size(-1), heads[0].dropout.p, num_heads, qkv_bias=has_bias)
+    state = mha.state_dict()
+    for name in ["W_query", "W_key", "W_value"]:
+        state[name + ".weight"] = torch.vstack([head.state_dict()[name + ".weight"] for head in heads])
+        if has_bias:
+            state[name + ".bias"] = torch.hstack([head.state_dict()[name + ".bias"] for head in heads])
+    state["out_proj.weight"] = torch.eye(d_out)
+    state["out_proj.bias"] = torch.zeros(d_out)
+    mha.load_state_dict(state)
+    return mha
+'''
+
+_WRAPPER_TO_SPLIT_TRANSPOSED = '''\
+def wrapper_to_split(wrapper):
+    """Stack the transposed weights side by side, transpose back; new Parameters; nn.init for out_proj."""
+    first = wrapper.heads[0]
+    num_heads = len(wrapper.heads)
+    bias = first.W_query.bias is not None
+    mha = MultiHeadAttention(first.W_query.in_features, num_heads * first.W_query.out_features,
+                             len(first.mask), first.dropout.p, num_heads, bias)
+    for name in ("W_query", "W_key", "W_value"):
+        layers = [getattr(head, name) for head in wrapper.heads]
+        big = getattr(mha, name)
+        big.weight = nn.Parameter(torch.cat([layer.weight.detach().T for layer in layers], dim=1).T.clone())
+        if bias:
+            big.bias = nn.Parameter(torch.cat([layer.bias.detach() for layer in layers]).clone())
+    nn.init.eye_(mha.out_proj.weight)
+    nn.init.zeros_(mha.out_proj.bias)
+    return mha
+'''
+
+_WRAPPER_TO_SPLIT_KEY = '''\
+def wrapper_to_split(wrapper):
+    heads = wrapper.heads
+    first = heads[0]
+    d_in, head_dim = first.W_query.in_features, first.W_query.out_features
+    d_out = head_dim * len(heads)
+    qkv_bias = first.W_query.bias is not None
+    mha = MultiHeadAttention(d_in, d_out, first.mask.shape[0], first.dropout.p, len(heads), qkv_bias=qkv_bias)
+    with torch.no_grad():
+        for name in ("W_query", "W_key", "W_value"):
+            big = getattr(mha, name)
+            big.weight.copy_(torch.cat([getattr(head, name).weight for head in heads], dim=0))
+            if qkv_bias:
+                big.bias.copy_(torch.cat([getattr(head, name).bias for head in heads], dim=0))
+        mha.out_proj.weight.copy_(torch.eye(d_out))
+        mha.out_proj.bias.zero_()
+    return mha
+'''
+
+_IMPORTS = "import math\nimport torch.nn.functional as F\n\n"
+
+VARIANTS = {
+    # ------------------------------------------------------------------ correct variants
+    "reshape_permute": {
+        "kind": "correct",
+        "cells": {
+            "split_heads": (
+                "def split_heads(x, num_heads):\n"
+                "    b, t, d = x.shape\n"
+                "    if d % num_heads != 0:\n"
+                "        raise ValueError(f'cannot split {d} dimensions into num_heads={num_heads} equal heads')\n"
+                "    return x.reshape(b, t, num_heads, d // num_heads).permute(0, 2, 1, 3)\n"
+            ),
+            "merge_heads": (
+                "def merge_heads(x):\n"
+                "    b, h, t, hd = x.shape\n"
+                "    return x.permute(0, 2, 1, 3).reshape(b, t, h * hd)\n"
+            ),
+            "multi_head_attention": _IMPORTS + _MHA_RESHAPE_PERMUTE,
+        },
+    },
+    "einsum_where_other_layer_order": {
+        "kind": "correct",
+        "cells": {
+            "multi_head_attention": _MHA_EINSUM_WHERE,
+            "wrapper_to_split": _WRAPPER_TO_SPLIT_STATE_DICT,
+        },
+    },
+    "unflatten_flatten_inplace_mask": {
+        "kind": "correct",
+        "cells": {
+            "split_heads": (
+                "def split_heads(x, num_heads):\n"
+                "    if x.shape[-1] % num_heads:\n"
+                "        raise ValueError('the last dimension must be divisible by num_heads')\n"
+                "    return x.unflatten(-1, (num_heads, x.shape[-1] // num_heads)).transpose(1, 2)\n"
+            ),
+            "merge_heads": "def merge_heads(x):\n    return x.transpose(1, 2).flatten(start_dim=2)\n",
+            "multi_head_attention": _IMPORTS + _MHA_INPLACE_FINFO,
+            "wrapper_to_split": _WRAPPER_TO_SPLIT_TRANSPOSED,
+            "gpt2_small_attention_params": (
+                "def gpt2_small_attention_params():\n"
+                "    mha = MultiHeadAttention(768, 768, 1024, 0.0, 12)\n"
+                "    return int(sum(p.numel() for p in mha.parameters() if p.requires_grad))\n"
+            ),
+        },
+    },
+    # ------------------------------------------------------------------ mistakes
+    "split_view_heads_first": {
+        "kind": "mistake",
+        "cells": {
+            "split_heads": (
+                "def split_heads(x, num_heads):\n"
+                "    b, num_tokens, d_out = x.shape\n"
+                "    if d_out % num_heads != 0:\n"
+                "        raise ValueError(f'd_out={d_out} is not divisible by num_heads={num_heads}')\n"
+                "    return x.view(b, num_heads, num_tokens, d_out // num_heads)\n"
+            ),
+        },
+        "fails": {
+            "test_split_heads": "view(b, T, num_heads, head_dim)",
+            "test_multi_head_attention": "has the wrong values",
+            "test_wrapper_to_split": "has the wrong values",
+        },
+    },
+    "split_without_value_error": {
+        "kind": "mistake",
+        "cells": {
+            "split_heads": (
+                "def split_heads(x, num_heads):\n"
+                "    b, num_tokens, d_out = x.shape\n"
+                "    return x.view(b, num_tokens, num_heads, d_out // num_heads).transpose(1, 2)\n"
+            ),
+        },
+        "fails": {"test_split_heads": "instead of a ValueError"},
+    },
+    "merge_view_without_contiguous": {
+        "kind": "mistake",
+        "cells": {
+            "merge_heads": (
+                "def merge_heads(x):\n"
+                "    b, num_heads, num_tokens, head_dim = x.shape\n"
+                "    return x.transpose(1, 2).view(b, num_tokens, num_heads * head_dim)\n"
+            ),
+        },
+        "fails": {
+            "test_merge_heads": "contiguous",
+            "test_multi_head_attention": "contiguous",
+            "test_wrapper_to_split": "view size is not compatible",
+        },
+    },
+    "scale_by_d_out": {
+        "kind": "mistake",
+        "cells": {"multi_head_attention": _mha_with("attn_scores / self.head_dim ** 0.5",
+                                                    "attn_scores / (self.num_heads * self.head_dim) ** 0.5")},
+        "fails": {
+            "test_multi_head_attention": "sqrt(head_dim)",
+            "test_wrapper_to_split": "has the wrong values",
+        },
+    },
+    "softmax_over_queries": {
+        "kind": "mistake",
+        "cells": {"multi_head_attention": _mha_with("self.head_dim ** 0.5, dim=-1)", "self.head_dim ** 0.5, dim=-2)")},
+        "fails": {
+            "test_multi_head_attention": "softmax over the last dimension",
+            "test_wrapper_to_split": "has the wrong values",
+        },
+    },
+    "masked_fill_result_dropped": {
+        "kind": "mistake",
+        "cells": {"multi_head_attention": _mha_with("        attn_scores = attn_scores.masked_fill(",
+                                                    "        attn_scores.masked_fill(")},
+        "fails": {
+            "test_multi_head_attention": "did you keep the result of masked_fill",
+            "test_wrapper_to_split": "has the wrong values",
+        },
+    },
+    "out_proj_missing": {
+        "kind": "mistake",
+        "cells": {"multi_head_attention": _mha_with("        self.out_proj = nn.Linear(d_out, d_out)\n", "")
+                  .replace("return self.out_proj(context_vecs)", "return context_vecs")},
+        "fails": {
+            "test_multi_head_attention": "out_proj",
+            "test_wrapper_to_split": "out_proj",
+            "test_gpt2_small_attention_params": "expected 2,360,064",
+        },
+    },
+    "dropout_never_applied": {
+        "kind": "mistake",
+        "cells": {"multi_head_attention": _mha_with("        attn_weights = self.dropout(attn_weights)\n", "")},
+        "fails": {"test_multi_head_attention": "apply self.dropout"},
+    },
+    "dropout_by_hand_also_in_eval": {
+        "kind": "mistake",
+        "cells": {"multi_head_attention": _mha_with(
+            "        attn_weights = self.dropout(attn_weights)\n",
+            "        keep = (torch.rand_like(attn_weights) >= self.dropout.p).float()\n"
+            "        attn_weights = attn_weights * keep / (1 - self.dropout.p)\n")},
+        "fails": {"test_multi_head_attention": "eval mode", "test_wrapper_to_split": "has the wrong values"},
+    },
+    "assert_instead_of_value_error": {
+        "kind": "mistake",
+        "cells": {"multi_head_attention": _mha_with(
+            "        if d_out % num_heads != 0:\n"
+            "            raise ValueError(f\"d_out={d_out} must be divisible by num_heads={num_heads}\")\n",
+            "        assert d_out % num_heads == 0, \"d_out must be divisible by num_heads\"\n")
+            .replace("        if num_tokens > self.mask.shape[0]:\n"
+                     "            raise ValueError(f\"{num_tokens} tokens do not fit context_length={self.mask.shape[0]}\")\n",
+                     "")},
+        "fails": {"test_multi_head_attention_arguments": "instead of a ValueError"},
+    },
+    "wrapper_cat_wrong_dim": {
+        "kind": "mistake",
+        "cells": {"wrapper_to_split": _WRAPPER_TO_SPLIT_KEY.replace(
+            "big.weight.copy_(torch.cat([getattr(head, name).weight for head in heads], dim=0))",
+            "big.weight.copy_(torch.cat([getattr(head, name).weight for head in heads], dim=1).reshape(d_out, d_in))")},
+        "fails": {"test_wrapper_to_split": "dim 0"},
+    },
+    "wrapper_cat_wrong_dim_shape_error": {
+        "kind": "mistake",
+        "cells": {"wrapper_to_split": _WRAPPER_TO_SPLIT_KEY.replace(
+            "big.weight.copy_(torch.cat([getattr(head, name).weight for head in heads], dim=0))",
+            "big.weight.copy_(torch.cat([getattr(head, name).weight for head in heads], dim=1))")},
+        "fails": {"test_wrapper_to_split": "dim 0"},
+    },
+    "wrapper_out_proj_left_random": {
+        "kind": "mistake",
+        "cells": {"wrapper_to_split": _WRAPPER_TO_SPLIT_KEY.replace(
+            "        mha.out_proj.weight.copy_(torch.eye(d_out))\n        mha.out_proj.bias.zero_()\n", "")},
+        "fails": {"test_wrapper_to_split": "identity"},
+    },
+    "gpt2_counts_the_mask_buffer": {
+        "kind": "mistake",
+        "cells": {"gpt2_small_attention_params": (
+            "def gpt2_small_attention_params():\n"
+            "    module = MultiHeadAttention(768, 768, 1024, 0.0, num_heads=12)\n"
+            "    return sum(t.numel() for t in module.state_dict().values())\n")},
+        "fails": {"test_gpt2_small_attention_params": "buffer"},
+    },
+}

@@ -1,0 +1,391 @@
+"""Submission bank for step 08: correct variants written another way, and common mistakes."""
+
+VARIANTS = {
+    "chunk_where_tril_mask": {
+        "kind": "correct",
+        "cells": {
+            "combined_qkv":
+                "class MultiHeadAttentionCombinedQKV(nn.Module):\n"
+                "    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):\n"
+                "        super().__init__()\n"
+                "        if d_out % num_heads:\n"
+                "            raise ValueError('d_out must be a multiple of num_heads')\n"
+                "        self.out_proj = nn.Linear(d_out, d_out)\n"
+                "        self.qkv = nn.Linear(d_in, 3 * d_out, bias=qkv_bias)\n"
+                "        self.attn_dropout = nn.Dropout(dropout)\n"
+                "        self.heads, self.context_length = num_heads, context_length\n"
+                "\n"
+                "    def forward(self, x):\n"
+                "        b, t, _ = x.shape\n"
+                "        if t > self.context_length:\n"
+                "            raise ValueError('input longer than context_length')\n"
+                "        q, k, v = (z.reshape(b, t, self.heads, -1).permute(0, 2, 1, 3)\n"
+                "                   for z in self.qkv(x).chunk(3, dim=-1))\n"
+                "        allowed = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()\n"
+                "        scores = torch.where(allowed, q @ k.mT / q.shape[-1] ** 0.5, torch.tensor(-1e9))\n"
+                "        weights = self.attn_dropout(F.softmax(scores, dim=-1))\n"
+                "        return self.out_proj((weights @ v).permute(0, 2, 1, 3).reshape(b, t, -1))\n",
+            "combined_from_split":
+                "def combined_from_split(mha):\n"
+                "    has_bias = mha.W_query.bias is not None\n"
+                "    new = MultiHeadAttentionCombinedQKV(mha.W_query.in_features, mha.d_out, mha.context_length,\n"
+                "                                        mha.dropout.p, mha.num_heads, qkv_bias=has_bias)\n"
+                "    parts = [mha.W_query, mha.W_key, mha.W_value]\n"
+                "    state = {'qkv.weight': torch.cat([p.weight.detach() for p in parts])}\n"
+                "    if has_bias:\n"
+                "        state['qkv.bias'] = torch.cat([p.bias.detach() for p in parts])\n"
+                "    state.update({'out_proj.' + k: v for k, v in mha.out_proj.state_dict().items()})\n"
+                "    new.load_state_dict(state, strict=False)\n"
+                "    return new\n",
+            "sdpa_causal_bool_mask":
+                "def sdpa_causal_bool_mask(num_tokens):\n"
+                "    positions = torch.arange(num_tokens)\n"
+                "    return positions[:, None] >= positions[None, :]\n",
+            "sdpa_attention":
+                "class MultiHeadAttentionSDPA(nn.Module):\n"
+                "    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):\n"
+                "        super().__init__()\n"
+                "        if d_out % num_heads != 0:\n"
+                "            raise ValueError(f'num_heads={num_heads} does not divide d_out={d_out}')\n"
+                "        self.out_proj = nn.Linear(d_out, d_out)\n"
+                "        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                "        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                "        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                "        self.dropout = nn.Dropout(dropout)\n"
+                "        self.num_heads, self.context_length = num_heads, context_length\n"
+                "\n"
+                "    def forward(self, x):\n"
+                "        b, t, d = x.shape\n"
+                "        if t > self.context_length:\n"
+                "            raise ValueError(f'{t} tokens but context_length is {self.context_length}')\n"
+                "        def heads(y):\n"
+                "            return y.reshape(b, t, self.num_heads, -1).permute(0, 2, 1, 3)\n"
+                "        mask = torch.tril(torch.ones(t, t, dtype=torch.bool))\n"
+                "        out = F.scaled_dot_product_attention(heads(self.W_query(x)), heads(self.W_key(x)),\n"
+                "                                             heads(self.W_value(x)), attn_mask=mask,\n"
+                "                                             dropout_p=self.dropout.p if self.training else 0.0)\n"
+                "        return self.out_proj(out.permute(0, 2, 1, 3).reshape(b, t, -1))\n",
+        },
+    },
+    "split_einsum_imported_sdpa": {
+        "kind": "correct",
+        "cells": {
+            "combined_qkv":
+                "class MultiHeadAttentionCombinedQKV(nn.Module):\n"
+                "    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):\n"
+                "        super().__init__()\n"
+                "        if d_out % num_heads != 0:\n"
+                "            raise ValueError(f'd_out={d_out} is not divisible by num_heads={num_heads}')\n"
+                "        self.d_out, self.num_heads, self.context_length = d_out, num_heads, context_length\n"
+                "        self.qkv = nn.Linear(d_in, 3 * d_out, bias=qkv_bias)\n"
+                "        self.out_proj = nn.Linear(d_out, d_out)\n"
+                "        self.dropout = nn.Dropout(dropout)\n"
+                "        self.register_buffer('mask', torch.triu(torch.ones(context_length, context_length), 1),\n"
+                "                             persistent=False)\n"
+                "\n"
+                "    def forward(self, x):\n"
+                "        b, t, _ = x.shape\n"
+                "        if t > self.context_length:\n"
+                "            raise ValueError(f'sequence of {t} tokens is longer than context_length')\n"
+                "        q, k, v = self.qkv(x).split(self.d_out, dim=-1)\n"
+                "        q, k, v = (z.view(b, t, self.num_heads, -1) for z in (q, k, v))\n"
+                "        scores = torch.einsum('bqhd,bkhd->bhqk', q, k) / q.shape[-1] ** 0.5\n"
+                "        scores = scores.masked_fill(self.mask[:t, :t].bool(), -torch.inf)\n"
+                "        weights = self.dropout(scores.softmax(dim=-1))\n"
+                "        return self.out_proj(torch.einsum('bhqk,bkhd->bqhd', weights, v).reshape(b, t, self.d_out))\n",
+            "combined_from_split":
+                "import copy\n"
+                "\n"
+                "def combined_from_split(mha):\n"
+                "    d_in = mha.W_query.weight.shape[1]\n"
+                "    bias = mha.W_query.bias is not None\n"
+                "    fused = MultiHeadAttentionCombinedQKV(d_in, mha.d_out, mha.context_length, mha.dropout.p,\n"
+                "                                          mha.num_heads, bias)\n"
+                "    fused.qkv.weight = nn.Parameter(torch.vstack([mha.W_query.weight, mha.W_key.weight,\n"
+                "                                                   mha.W_value.weight]).detach().clone())\n"
+                "    if bias:\n"
+                "        fused.qkv.bias = nn.Parameter(torch.hstack([mha.W_query.bias, mha.W_key.bias,\n"
+                "                                                     mha.W_value.bias]).detach().clone())\n"
+                "    fused.out_proj = copy.deepcopy(mha.out_proj)\n"
+                "    return fused\n",
+            "sdpa_causal_bool_mask":
+                "def sdpa_causal_bool_mask(num_tokens):\n"
+                "    return torch.tril(torch.ones(num_tokens, num_tokens)).bool()\n",
+            "sdpa_attention":
+                "from torch.nn.functional import scaled_dot_product_attention\n"
+                "\n"
+                "class MultiHeadAttentionSDPA(nn.Module):\n"
+                "    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):\n"
+                "        super().__init__()\n"
+                "        if d_out % num_heads:\n"
+                "            raise ValueError('d_out must be divisible by num_heads')\n"
+                "        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                "        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                "        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                "        self.out_proj = nn.Linear(d_out, d_out)\n"
+                "        self.p, self.h, self.context_length = dropout, num_heads, context_length\n"
+                "\n"
+                "    def forward(self, x):\n"
+                "        b, t, _ = x.shape\n"
+                "        if t > self.context_length:\n"
+                "            raise ValueError('too many tokens for context_length')\n"
+                "        q, k, v = (layer(x).unflatten(-1, (self.h, -1)).transpose(1, 2)\n"
+                "                   for layer in (self.W_query, self.W_key, self.W_value))\n"
+                "        out = scaled_dot_product_attention(q, k, v, dropout_p=self.p if self.training else 0.0,\n"
+                "                                           is_causal=True, scale=q.shape[-1] ** -0.5)\n"
+                "        return self.out_proj(out.transpose(1, 2).flatten(2))\n",
+        },
+    },
+    "qkv_split_keys_first": {
+        "kind": "mistake",
+        "cells": {"combined_qkv":
+                  "class MultiHeadAttentionCombinedQKV(nn.Module):\n"
+                  "    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):\n"
+                  "        super().__init__()\n"
+                  "        if d_out % num_heads != 0:\n"
+                  "            raise ValueError('d_out must be divisible by num_heads')\n"
+                  "        self.d_out, self.num_heads, self.context_length = d_out, num_heads, context_length\n"
+                  "        self.qkv = nn.Linear(d_in, 3 * d_out, bias=qkv_bias)\n"
+                  "        self.out_proj = nn.Linear(d_out, d_out)\n"
+                  "        self.dropout = nn.Dropout(dropout)\n"
+                  "        self.register_buffer('mask', torch.ones(context_length, context_length).triu(1).bool())\n"
+                  "\n"
+                  "    def forward(self, x):\n"
+                  "        b, t, _ = x.shape\n"
+                  "        if t > self.context_length:\n"
+                  "            raise ValueError('more tokens than context_length')\n"
+                  "        k, q, v = (z.view(b, t, self.num_heads, -1).transpose(1, 2)\n"
+                  "                   for z in self.qkv(x).chunk(3, dim=-1))\n"
+                  "        scores = (q @ k.mT / q.shape[-1] ** 0.5).masked_fill(self.mask[:t, :t], float('-inf'))\n"
+                  "        weights = self.dropout(torch.softmax(scores, dim=-1))\n"
+                  "        return self.out_proj((weights @ v).transpose(1, 2).reshape(b, t, self.d_out))\n"},
+        "fails": {"test_combined_qkv": "queries, keys, values"},
+    },
+    "fused_weights_cat_dim1": {
+        "kind": "mistake",
+        "cells": {"combined_from_split":
+                  "def combined_from_split(mha):\n"
+                  "    combined = MultiHeadAttentionCombinedQKV(mha.W_query.in_features, mha.d_out, mha.context_length,\n"
+                  "                                             mha.dropout.p, mha.num_heads,\n"
+                  "                                             qkv_bias=mha.W_query.bias is not None)\n"
+                  "    layers = (mha.W_query, mha.W_key, mha.W_value)\n"
+                  "    with torch.no_grad():\n"
+                  "        combined.qkv.weight.copy_(torch.cat([layer.weight for layer in layers], dim=1))\n"
+                  "        if combined.qkv.bias is not None:\n"
+                  "            combined.qkv.bias.copy_(torch.cat([layer.bias for layer in layers]))\n"
+                  "        combined.out_proj.load_state_dict(mha.out_proj.state_dict())\n"
+                  "    return combined\n"},
+        "fails": {"test_combined_from_split": "torch.cat(..., dim=0)"},
+    },
+    "fused_weights_side_by_side_parameter": {
+        "kind": "mistake",
+        "cells": {"combined_from_split":
+                  "def combined_from_split(mha):\n"
+                  "    combined = MultiHeadAttentionCombinedQKV(mha.W_query.in_features, mha.d_out, mha.context_length,\n"
+                  "                                             mha.dropout.p, mha.num_heads,\n"
+                  "                                             qkv_bias=mha.W_query.bias is not None)\n"
+                  "    layers = (mha.W_query, mha.W_key, mha.W_value)\n"
+                  "    combined.qkv.weight = nn.Parameter(torch.cat([l.weight.detach() for l in layers], dim=-1))\n"
+                  "    if combined.qkv.bias is not None:\n"
+                  "        combined.qkv.bias = nn.Parameter(torch.cat([l.bias.detach() for l in layers]))\n"
+                  "    combined.out_proj.load_state_dict(mha.out_proj.state_dict())\n"
+                  "    return combined\n"},
+        "fails": {"test_combined_from_split": "not side by side"},
+    },
+    "mask_in_blocked_convention": {
+        "kind": "mistake",
+        "cells": {"sdpa_causal_bool_mask":
+                  "def sdpa_causal_bool_mask(num_tokens):\n"
+                  "    return torch.triu(torch.ones(num_tokens, num_tokens, dtype=torch.bool), diagonal=1)\n"},
+        "fails": {"test_sdpa_causal_bool_mask": "opposite of step 4"},
+    },
+    "sdpa_inverted_bool_mask": {
+        "kind": "mistake",
+        "cells": {"sdpa_attention":
+                  "class MultiHeadAttentionSDPA(nn.Module):\n"
+                  "    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):\n"
+                  "        super().__init__()\n"
+                  "        if d_out % num_heads != 0:\n"
+                  "            raise ValueError('d_out must be divisible by num_heads')\n"
+                  "        self.d_out, self.num_heads, self.context_length = d_out, num_heads, context_length\n"
+                  "        self.dropout_p = dropout\n"
+                  "        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                  "        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                  "        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                  "        self.out_proj = nn.Linear(d_out, d_out)\n"
+                  "        self.register_buffer('mask', torch.triu(torch.ones(context_length, context_length,\n"
+                  "                                                         dtype=torch.bool), 1))\n"
+                  "\n"
+                  "    def forward(self, x):\n"
+                  "        b, t, _ = x.shape\n"
+                  "        if t > self.context_length:\n"
+                  "            raise ValueError('more tokens than context_length')\n"
+                  "        q, k, v = (layer(x).view(b, t, self.num_heads, -1).transpose(1, 2)\n"
+                  "                   for layer in (self.W_query, self.W_key, self.W_value))\n"
+                  "        out = F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask[:t, :t],\n"
+                  "                                             dropout_p=self.dropout_p if self.training else 0.0)\n"
+                  "        return self.out_proj(out.transpose(1, 2).reshape(b, t, self.d_out))\n"},
+        "fails": {"test_sdpa_attention": "future leaks"},
+    },
+    "sdpa_is_causal_forgotten": {
+        "kind": "mistake",
+        "cells": {"sdpa_attention":
+                  "class MultiHeadAttentionSDPA(nn.Module):\n"
+                  "    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):\n"
+                  "        super().__init__()\n"
+                  "        if d_out % num_heads != 0:\n"
+                  "            raise ValueError('d_out must be divisible by num_heads')\n"
+                  "        self.d_out, self.num_heads, self.context_length = d_out, num_heads, context_length\n"
+                  "        self.dropout_p = dropout\n"
+                  "        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                  "        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                  "        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                  "        self.out_proj = nn.Linear(d_out, d_out)\n"
+                  "\n"
+                  "    def forward(self, x):\n"
+                  "        b, t, _ = x.shape\n"
+                  "        if t > self.context_length:\n"
+                  "            raise ValueError('more tokens than context_length')\n"
+                  "        q, k, v = (layer(x).view(b, t, self.num_heads, -1).transpose(1, 2)\n"
+                  "                   for layer in (self.W_query, self.W_key, self.W_value))\n"
+                  "        out = F.scaled_dot_product_attention(q, k, v,\n"
+                  "                                             dropout_p=self.dropout_p if self.training else 0.0)\n"
+                  "        return self.out_proj(out.transpose(1, 2).reshape(b, t, self.d_out))\n"},
+        "fails": {"test_sdpa_attention": "future leaks"},
+    },
+    "sdpa_dropout_in_eval": {
+        "kind": "mistake",
+        "cells": {"sdpa_attention":
+                  "class MultiHeadAttentionSDPA(nn.Module):\n"
+                  "    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):\n"
+                  "        super().__init__()\n"
+                  "        if d_out % num_heads != 0:\n"
+                  "            raise ValueError('d_out must be divisible by num_heads')\n"
+                  "        self.d_out, self.num_heads, self.context_length = d_out, num_heads, context_length\n"
+                  "        self.dropout_p = dropout\n"
+                  "        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                  "        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                  "        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                  "        self.out_proj = nn.Linear(d_out, d_out)\n"
+                  "\n"
+                  "    def forward(self, x):\n"
+                  "        b, t, _ = x.shape\n"
+                  "        if t > self.context_length:\n"
+                  "            raise ValueError('more tokens than context_length')\n"
+                  "        q, k, v = (layer(x).view(b, t, self.num_heads, -1).transpose(1, 2)\n"
+                  "                   for layer in (self.W_query, self.W_key, self.W_value))\n"
+                  "        out = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout_p, is_causal=True)\n"
+                  "        return self.out_proj(out.transpose(1, 2).reshape(b, t, self.d_out))\n"},
+        "fails": {"test_sdpa_attention": "even in eval mode"},
+    },
+    "sdpa_scaled_twice": {
+        "kind": "mistake",
+        "cells": {"sdpa_attention":
+                  "class MultiHeadAttentionSDPA(nn.Module):\n"
+                  "    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):\n"
+                  "        super().__init__()\n"
+                  "        if d_out % num_heads != 0:\n"
+                  "            raise ValueError('d_out must be divisible by num_heads')\n"
+                  "        self.d_out, self.num_heads, self.context_length = d_out, num_heads, context_length\n"
+                  "        self.head_dim = d_out // num_heads\n"
+                  "        self.dropout_p = dropout\n"
+                  "        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                  "        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                  "        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                  "        self.out_proj = nn.Linear(d_out, d_out)\n"
+                  "\n"
+                  "    def forward(self, x):\n"
+                  "        b, t, _ = x.shape\n"
+                  "        if t > self.context_length:\n"
+                  "            raise ValueError('more tokens than context_length')\n"
+                  "        q, k, v = (layer(x).view(b, t, self.num_heads, -1).transpose(1, 2)\n"
+                  "                   for layer in (self.W_query, self.W_key, self.W_value))\n"
+                  "        q = q / self.head_dim ** 0.5\n"
+                  "        out = F.scaled_dot_product_attention(q, k, v, is_causal=True,\n"
+                  "                                             dropout_p=self.dropout_p if self.training else 0.0)\n"
+                  "        return self.out_proj(out.transpose(1, 2).reshape(b, t, self.d_out))\n"},
+        "fails": {"test_sdpa_attention": "SDPA does it already"},
+    },
+    "sdpa_without_context_length_check": {
+        "kind": "mistake",
+        "cells": {"sdpa_attention":
+                  "class MultiHeadAttentionSDPA(nn.Module):\n"
+                  "    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):\n"
+                  "        super().__init__()\n"
+                  "        if d_out % num_heads != 0:\n"
+                  "            raise ValueError('d_out must be divisible by num_heads')\n"
+                  "        self.d_out, self.num_heads = d_out, num_heads\n"
+                  "        self.dropout_p = dropout\n"
+                  "        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                  "        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                  "        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+                  "        self.out_proj = nn.Linear(d_out, d_out)\n"
+                  "\n"
+                  "    def forward(self, x):\n"
+                  "        b, t, _ = x.shape\n"
+                  "        q, k, v = (layer(x).view(b, t, self.num_heads, -1).transpose(1, 2)\n"
+                  "                   for layer in (self.W_query, self.W_key, self.W_value))\n"
+                  "        out = F.scaled_dot_product_attention(q, k, v, is_causal=True,\n"
+                  "                                             dropout_p=self.dropout_p if self.training else 0.0)\n"
+                  "        return self.out_proj(out.transpose(1, 2).reshape(b, t, self.d_out))\n"},
+        "fails": {"test_sdpa_attention": "context_length"},
+    },
+    "sdpa_manual_attention": {
+        "kind": "mistake",
+        "cells": {"sdpa_attention":
+                  "class MultiHeadAttentionSDPA(MultiHeadAttention):\n"
+                  "    pass\n"},
+        "fails": {"test_sdpa_attention": "one F.scaled_dot_product_attention call"},
+    },
+    "combined_mask_not_sliced": {
+        "kind": "mistake",
+        "cells": {"combined_qkv":
+                  "class MultiHeadAttentionCombinedQKV(nn.Module):\n"
+                  "    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):\n"
+                  "        super().__init__()\n"
+                  "        if d_out % num_heads != 0:\n"
+                  "            raise ValueError('d_out must be divisible by num_heads')\n"
+                  "        self.d_out, self.num_heads, self.context_length = d_out, num_heads, context_length\n"
+                  "        self.qkv = nn.Linear(d_in, 3 * d_out, bias=qkv_bias)\n"
+                  "        self.out_proj = nn.Linear(d_out, d_out)\n"
+                  "        self.dropout = nn.Dropout(dropout)\n"
+                  "        self.register_buffer('mask', torch.ones(context_length, context_length).triu(1).bool())\n"
+                  "\n"
+                  "    def forward(self, x):\n"
+                  "        b, t, _ = x.shape\n"
+                  "        if t > self.context_length:\n"
+                  "            raise ValueError('more tokens than context_length')\n"
+                  "        q, k, v = (z.view(b, t, self.num_heads, -1).transpose(1, 2)\n"
+                  "                   for z in self.qkv(x).chunk(3, dim=-1))\n"
+                  "        scores = (q @ k.mT / q.shape[-1] ** 0.5).masked_fill(self.mask, float('-inf'))\n"
+                  "        weights = self.dropout(torch.softmax(scores, dim=-1))\n"
+                  "        return self.out_proj((weights @ v).transpose(1, 2).reshape(b, t, self.d_out))\n"},
+        "fails": {"test_combined_qkv": "slice the mask"},
+    },
+    "combined_ignores_qkv_bias": {
+        "kind": "mistake",
+        "cells": {"combined_qkv":
+                  "class MultiHeadAttentionCombinedQKV(nn.Module):\n"
+                  "    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):\n"
+                  "        super().__init__()\n"
+                  "        if d_out % num_heads != 0:\n"
+                  "            raise ValueError('d_out must be divisible by num_heads')\n"
+                  "        self.d_out, self.num_heads, self.context_length = d_out, num_heads, context_length\n"
+                  "        self.qkv = nn.Linear(d_in, 3 * d_out, bias=False)\n"
+                  "        self.out_proj = nn.Linear(d_out, d_out)\n"
+                  "        self.dropout = nn.Dropout(dropout)\n"
+                  "        self.register_buffer('mask', torch.ones(context_length, context_length).triu(1).bool())\n"
+                  "\n"
+                  "    def forward(self, x):\n"
+                  "        b, t, _ = x.shape\n"
+                  "        if t > self.context_length:\n"
+                  "            raise ValueError('more tokens than context_length')\n"
+                  "        q, k, v = (z.view(b, t, self.num_heads, -1).transpose(1, 2)\n"
+                  "                   for z in self.qkv(x).chunk(3, dim=-1))\n"
+                  "        scores = (q @ k.mT / q.shape[-1] ** 0.5).masked_fill(self.mask[:t, :t], float('-inf'))\n"
+                  "        weights = self.dropout(torch.softmax(scores, dim=-1))\n"
+                  "        return self.out_proj((weights @ v).transpose(1, 2).reshape(b, t, self.d_out))\n"},
+        # combined_from_split cannot copy biases into a layer that has none, so Part 2 fails too.
+        "fails": {"test_combined_qkv": "bias=qkv_bias", "test_combined_from_split": "has no bias"},
+    },
+}

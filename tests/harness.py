@@ -1,0 +1,143 @@
+"""nbgrader on a throwaway copy of the course: generate, submit, autograde, read the gradebook.
+
+The tests use it; a maintainer can also grade bank variants of one step by hand:
+
+    .venv/bin/python tests/harness.py 04_causal_mask [VARIANT ...]
+"""
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+import course  # noqa: E402
+
+os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
+
+
+def nbgrader(course_dir, *args, check=True):
+    result = subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=WARN"], cwd=course_dir,
+                            capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise RuntimeError(f"nbgrader {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def make_course(target):
+    """A course copy in `target` with every assignment generated and registered in its own gradebook."""
+    Path(target).mkdir(parents=True, exist_ok=True)
+    course.make_course_copy(target)
+    course.generate_release(target)
+    return Path(target)
+
+
+def read_notebook(path):
+    import nbformat
+    return nbformat.read(path, as_version=4)
+
+
+def source_notebook(step):
+    return read_notebook(ROOT / "source" / step / f"{step}.ipynb")
+
+
+def autograded_cells(step):
+    """{grade_id: points} of the cells autograde scores (test cells; manually graded answers excluded)."""
+    cells = {}
+    for cell in source_notebook(step).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("grade") and not meta.get("solution"):
+            cells[meta["grade_id"]] = float(meta["points"])
+    return cells
+
+
+def variant_notebook(step, replacements):
+    """The answer key of a step with the source of some cells (by grade_id) replaced."""
+    nb = course.answer_key(ROOT / "source" / step / f"{step}.ipynb")
+    unknown = set(replacements) - {c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells}
+    if unknown:
+        raise KeyError(f"{step} has no cells {sorted(unknown)}")
+    for cell in nb.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in replacements:
+            cell.source = replacements[grade_id]
+    return nb
+
+
+def submit(course_dir, student, step, nb):
+    import nbformat
+    folder = Path(course_dir) / "submitted" / student / step
+    folder.mkdir(parents=True, exist_ok=True)
+    if isinstance(nb, (str, bytes)):
+        (folder / f"{step}.ipynb").write_text(nb if isinstance(nb, str) else nb.decode())
+    else:
+        nbformat.write(nb, folder / f"{step}.ipynb")
+
+
+def autograde(course_dir, step):
+    return nbgrader(course_dir, "autograde", step, "--force", check=False)
+
+
+def cell_scores(course_dir, step, student):
+    """{grade_id: score} of the autograded cells of one student's submission, from the gradebook."""
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{Path(course_dir) / 'gradebook.db'}", "attention-step-by-step") as gb:
+        submission = gb.find_submission_notebook(step, step, student)
+        autograded = autograded_cells(step)
+        return {grade.name: grade.score for grade in submission.grades if grade.name in autograded}
+
+
+def cell_errors(course_dir, step, student):
+    """{grade_id: error text} of the cells that failed in the autograded notebook."""
+    nb = read_notebook(Path(course_dir) / "autograded" / student / step / f"{step}.ipynb")
+    errors = {}
+    for cell in nb.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        texts = [f"{out.get('ename')}: {out.get('evalue')}" for out in cell.get("outputs", [])
+                 if out.output_type == "error"]
+        texts += [out.text for out in cell.get("outputs", []) if out.get("name") == "stderr"]
+        if grade_id and texts:
+            errors[grade_id] = "\n".join(texts)
+    return errors
+
+
+def bank(step):
+    """The submission bank of a step: VARIANTS of tests/bank/<step>.py ({} when the file is missing)."""
+    if not (ROOT / "tests" / "bank" / f"{step}.py").exists():
+        return {}
+    if str(ROOT / "tests") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tests"))
+    return importlib.import_module(f"bank.{step}").VARIANTS
+
+
+def expected_scores(step, variant):
+    full = autograded_cells(step)
+    return {grade_id: 0.0 if grade_id in variant.get("fails", {}) else points for grade_id, points in full.items()}
+
+
+def grade_variants(step, names=None):
+    """Grade bank variants of one step in a fresh course copy; return {name: (expected, got, errors)}."""
+    variants = bank(step)
+    names = names or sorted(variants)
+    with tempfile.TemporaryDirectory() as tmp:
+        course_dir = make_course(tmp)
+        for name in names:
+            submit(course_dir, name, step, variant_notebook(step, variants[name]["cells"]))
+        autograde(course_dir, step)
+        return {name: (expected_scores(step, variants[name]), cell_scores(course_dir, step, name),
+                       cell_errors(course_dir, step, name)) for name in names}
+
+
+if __name__ == "__main__":
+    step, names = sys.argv[1], sys.argv[2:]
+    for name, (expected, got, errors) in grade_variants(step, names).items():
+        verdict = "ok " if expected == got else "BAD"
+        print(f"{verdict} {name}: expected {expected} got {got}")
+        wanted = bank(step)[name].get("fails", {})
+        for grade_id, text in wanted.items():
+            if text.lower() not in errors.get(grade_id, "").lower():
+                print(f"    message of {grade_id} lacks {text!r}: {errors.get(grade_id, '')[:300]!r}")
