@@ -1,6 +1,11 @@
 """nbgrader configuration of the course "Attention, step by step" (course root = this folder)."""
 import os
 
+from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+from nbgrader.preprocessors import GetGrades
+
+from attention_course.feedback import HideHiddenTests
+
 c = get_config()  # noqa: F821  (provided by traitlets when nbgrader loads this file)
 
 c.CourseDirectory.course_id = "attention-step-by-step"
@@ -30,3 +35,10 @@ c.IgnorePattern.pattern = r"^(?:(?!Traceback)[\s\S])*Warning"
 
 # A grade cell the student deleted is put back and graded, instead of waiting for manual grading.
 c.OverwriteCells.add_missing_cells = True
+
+# Feedback shows what failed and why, never the hidden tests (see attention_course/feedback.py).
+c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, CSSHTMLHeaderPreprocessor]
+
+# Assignments go out and come back through an exchange folder inside the course (git-ignored); on a shared
+# JupyterHub point this at the hub's exchange instead.
+c.Exchange.root = os.path.join(c.CourseDirectory.root, "exchange")

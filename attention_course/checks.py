@@ -2,6 +2,7 @@
 
 Every failure says what was expected, what came, and the likely mistake, as an AssertionError that
 nbgrader shows to the student. Nothing here knows an answer: the expected values come from the test.
+Imported in a notebook, this module makes IPython show a failed check as its message alone, without a traceback.
 """
 import torch
 
@@ -66,3 +67,16 @@ def expect_runs(description, function, *args, hint="", **kwargs):
     except Exception as error:
         message = f"{description} raised {type(error).__name__}: {error}"
         raise CheckFailed(message + (f"\n  likely mistake: {hint}" if hint else "")) from error
+
+
+def _show_failed_check(shell, etype, value, tb, tb_offset=None):
+    # The message is written for the student; a traceback through the test code would only bury it.
+    shell._showtraceback(etype, value, [f"{etype.__name__}: {value}"])
+
+
+try:
+    from IPython import get_ipython
+except ImportError:
+    get_ipython = None
+if get_ipython is not None and get_ipython() is not None:
+    get_ipython().set_custom_exc((CheckFailed,), _show_failed_check)

@@ -238,7 +238,7 @@ def _time_ms(step, device):
     return 1000 * (time.perf_counter() - start)
 
 
-def _median_ms_interleaved(steps, repeats, warmup, device):
+def median_ms_interleaved(steps, repeats, warmup, device):
     """{name: median ms} of each step; the steps take turns so that a burst of load elsewhere hits them all alike."""
     for _ in range(warmup):
         for step in steps.values():
@@ -285,11 +285,11 @@ def benchmark(size="small", device="cpu", backward=False, implementations=None, 
     x = torch.randn(size.batch_size, size.num_tokens, size.d_model, device=device, dtype=dtype)
     grad_output = torch.randn_like(x)
 
-    forward_ms = _median_ms_interleaved(
+    forward_ms = median_ms_interleaved(
         {name: _forward_step(module, x) for name, module in modules.items()}, repeats, warmup, device)
     forward_backward_ms = dict.fromkeys(modules)
     if backward:
-        forward_backward_ms = _median_ms_interleaved(
+        forward_backward_ms = median_ms_interleaved(
             {name: _forward_backward_step(module, x, grad_output) for name, module in modules.items()},
             repeats, warmup, device)
     for module in modules.values():
@@ -301,7 +301,10 @@ def format_table(rows):
     """The timings side by side; 'x' columns are speed-ups relative to the wrapper (higher is faster)."""
     baseline = {row.name: row for row in rows}.get(WRAPPER, rows[0])
     width = max(len(row.name) for row in rows)
-    lines = [f"{'implementation':<{width}}  {'forward ms':>10}  {'x':>5}  {'fwd+bwd ms':>10}  {'x':>5}"]
+    header = f"{'implementation':<{width}}  {'forward ms':>10}  {'x':>5}"
+    if baseline.forward_backward_ms is not None:
+        header += f"  {'fwd+bwd ms':>10}  {'x':>5}"
+    lines = [header]
     for row in rows:
         line = f"{row.name:<{width}}  {row.forward_ms:>10.2f}  {baseline.forward_ms / row.forward_ms:>5.2f}"
         if row.forward_backward_ms is not None:

@@ -1,4 +1,6 @@
 import os
+
+import pytest
 import sys
 from pathlib import Path
 
@@ -14,3 +16,12 @@ os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.
 import course  # noqa: E402
 
 STEPS = course.steps()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed browser test gets a screenshot of the page as it was, and its path in the report."""
+    report = (yield).get_result()
+    page = getattr(item, "funcargs", {}).get("page")
+    if report.when == "call" and report.failed and hasattr(page, "shot"):
+        report.sections.append(("screenshot", f"the page at the failure: {page.shot('FAILED')}"))

@@ -110,10 +110,12 @@ VARIANTS = {
             V1: v1("        self.d_in, self.d_out = d_in, d_out\n"
                    "        for name in ('W_query', 'W_key', 'W_value'):\n"
                    "            setattr(self, name, nn.Parameter(torch.rand(d_in, d_out)))\n",
-                   "        queries, keys, values = (torch.matmul(x, w) for w in (self.W_query, self.W_key, self.W_value))\n"
+                   "        weights = (self.W_query, self.W_key, self.W_value)\n"
+                   "        queries, keys, values = (torch.matmul(x, w) for w in weights)\n"
                    + attention_tail(scale="math.sqrt(self.d_out)")),
             V2: v2("        self.scale = 1.0 / math.sqrt(d_out)\n"
-                   "        self.W_query, self.W_key, self.W_value = (nn.Linear(d_in, d_out, qkv_bias) for _ in range(3))\n",
+                   "        layers = (nn.Linear(d_in, d_out, qkv_bias) for _ in range(3))\n"
+                   "        self.W_query, self.W_key, self.W_value = layers\n",
                    "        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)\n"
                    "        attn_weights = (queries @ keys.transpose(-2, -1) * self.scale).softmax(-1)\n"
                    "        return attn_weights @ values\n"),
@@ -135,7 +137,8 @@ VARIANTS = {
     "transfer_data_attribute_loop": {
         "kind": "correct",
         "cells": {TRANSFER: transfer("    for name in ('W_query', 'W_key', 'W_value'):\n"
-                                     "        getattr(sa_v1, name).data = getattr(sa_v2, name).weight.data.t().clone()\n"
+                                     "        weight = getattr(sa_v2, name).weight\n"
+                                     "        getattr(sa_v1, name).data = weight.data.t().clone()\n"
                                      "    return sa_v1\n")},
     },
     # ---------------------------------------------------------------- common mistakes
@@ -146,7 +149,8 @@ VARIANTS = {
     },
     "scale_by_d_k_not_its_root": {
         "kind": "mistake",
-        "cells": {SDPA: sdpa("    return torch.softmax(queries @ keys.transpose(-2, -1) / keys.shape[-1], dim=-1) @ values\n")},
+        "cells": {SDPA: sdpa("    scores = queries @ keys.transpose(-2, -1) / keys.shape[-1]\n"
+                             "    return torch.softmax(scores, dim=-1) @ values\n")},
         "fails": {TEST_SDPA: "instead of its square root"},
     },
     "scale_by_values_width": {
@@ -169,7 +173,8 @@ VARIANTS = {
     },
     "dot_T_on_batches": {
         "kind": "mistake",
-        "cells": {SDPA: sdpa("    return torch.softmax(queries @ keys.T / math.sqrt(keys.shape[-1]), dim=-1) @ values\n")},
+        "cells": {SDPA: sdpa("    scores = queries @ keys.T / math.sqrt(keys.shape[-1])\n"
+                             "    return torch.softmax(scores, dim=-1) @ values\n")},
         "fails": {TEST_SDPA: "transpose(-2, -1)"},
     },
     "divides_queries_in_place": {
@@ -185,7 +190,8 @@ VARIANTS = {
     },
     "v2_scales_by_d_in": {
         "kind": "mistake",
-        "cells": {V2: v2("        self.d_in = d_in\n" + V2_INIT, V2_PROJECT + attention_tail(scale="math.sqrt(self.d_in)"))},
+        "cells": {V2: v2("        self.d_in = d_in\n" + V2_INIT,
+                         V2_PROJECT + attention_tail(scale="math.sqrt(self.d_in)"))},
         "fails": {TEST_V2: "not by the input width d_in"},
     },
     "v1_dot_T_on_batches": {
@@ -196,14 +202,16 @@ VARIANTS = {
     "v1_forward_reads_global_inputs": {
         "kind": "mistake",
         "cells": {V1: v1(V1_INIT,
-                         "        queries, keys, values = inputs @ self.W_query, inputs @ self.W_key, inputs @ self.W_value\n"
+                         "        queries = inputs @ self.W_query\n"
+                         "        keys, values = inputs @ self.W_key, inputs @ self.W_value\n"
                          + attention_tail())},
         "fails": {TEST_V1: "global `inputs`"},
     },
     "v2_forward_reads_global_inputs": {
         "kind": "mistake",
         "cells": {V2: v2(V2_INIT,
-                         "        queries, keys, values = self.W_query(inputs), self.W_key(inputs), self.W_value(inputs)\n"
+                         "        queries = self.W_query(inputs)\n"
+                         "        keys, values = self.W_key(inputs), self.W_value(inputs)\n"
                          + attention_tail())},
         "fails": {TEST_V2: "global `inputs`"},
     },

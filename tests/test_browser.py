@@ -1,0 +1,232 @@
+"""The course as people use it: JupyterLab with nbgrader, started as the README says, driven in headless Chromium.
+
+Screenshots of each key state go to artifacts/browser/ (git-ignored); a failing test names the one to look at.
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import harness
+from conftest import ROOT
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = ROOT / "artifacts" / "browser"
+STEP = "01_dot_product_scores"
+CORRECT = {
+    "def attention_scores_for_query": "def attention_scores_for_query(inputs, query):\n    return inputs @ query\n",
+    "def attention_scores(inputs)": "def attention_scores(inputs):\n    return inputs @ inputs.transpose(-2, -1)\n",
+}
+WRITTEN_ANSWER = "journey scores highest with itself, then with starts: the two embeddings are nearly the same vector."
+
+if not CHROMIUM.exists():
+    if os.environ.get("CI"):
+        pytest.fail("Debian's chromium is not installed: .ci/run installs it", pytrace=False)
+    pytest.skip("Debian's chromium is not installed (apt-get install chromium)", allow_module_level=True)
+
+from playwright.sync_api import expect, sync_playwright  # noqa: E402
+
+# Kernels start and notebooks run on a busy 2-core machine: wait for pages as a patient person would.
+expect.set_options(timeout=120_000)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def api(server, path, method="GET"):
+    request = urllib.request.Request(f"{server['url']}{path}?token={server['token']}", method=method)
+    with urllib.request.urlopen(request, timeout=10) as response:
+        body = response.read()
+    return json.loads(body) if body else None
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """`python3 course.py start` in a copy of the course, on a free loopback port with a token; torn down after."""
+    course_dir = tmp_path_factory.mktemp("lab")
+    for name in ("course.py", "nbgrader_config.py", "requirements.txt", "pyproject.toml"):
+        shutil.copy(ROOT / name, course_dir / name)
+    for folder in ("source", "release", "notebooks"):
+        shutil.copytree(ROOT / folder, course_dir / folder)
+    (course_dir / ".venv").symlink_to(ROOT / ".venv")
+    # An instructor has generated the assignment and collected one submission (the answer key).
+    harness.nbgrader(course_dir, "generate_assignment", STEP, "--force")
+    harness.submit(course_dir, "alice", STEP, harness.variant_notebook(STEP, {}))
+
+    port, token = free_port(), os.urandom(16).hex()
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(course_dir / "runtime")}
+    log = open(course_dir / "jupyter.log", "w")
+    # sys.executable is the course environment's python, so course.py starts JupyterLab without reinstalling.
+    process = subprocess.Popen(
+        [sys.executable, "course.py", "start", "--no-browser", f"--ServerApp.port={port}",
+         f"--IdentityProvider.token={token}"],
+        cwd=course_dir, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    info = {"url": f"http://127.0.0.1:{port}", "token": token, "dir": course_dir}
+    deadline = time.time() + 120
+    while True:
+        try:
+            api(info, "/api/status")
+            break
+        except OSError:
+            if process.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"JupyterLab did not start; see {course_dir / 'jupyter.log'}")
+            time.sleep(0.5)
+    yield info
+    for kernel in api(info, "/api/kernels"):
+        api(info, f"/api/kernels/{kernel['id']}", method="DELETE")
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    log.close()
+    stray = subprocess.run(["pgrep", "-f", str(course_dir)], capture_output=True, text=True).stdout.split()
+    assert not stray, f"processes left running after the server stopped: {stray}"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--no-first-run", "--disable-quic"])
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser, request):
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(90_000)
+    page.shot = lambda name: screenshot(page, f"{request.node.name}-{name}")
+    yield page
+    context.close()
+
+
+def screenshot(page, name):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=path)
+    return path
+
+
+def open_notebook(page, server, path):
+    # A workspace of its own, reset: only this notebook is open, whatever earlier tests left in theirs.
+    workspace = path.replace("/", "-").replace(".", "-")
+    page.goto(f"{server['url']}/lab/workspaces/{workspace}/tree/{path}?token={server['token']}&reset")
+    page.locator(".jp-Notebook").wait_for()
+    wait_for_idle_kernel(page)
+    news = page.get_by_role("button", name="No")
+    if news.count():
+        news.first.click()
+
+
+def wait_for_idle_kernel(page):
+    page.wait_for_function(
+        "() => { const s = document.querySelector('.jp-StatusBar-Widget');"
+        " return s && s.innerText.includes('Idle') && !document.body.innerText.includes('[*]'); }")
+
+
+def replace_cell(page, cell, text):
+    cell.locator(".cm-content").click()
+    page.keyboard.press("Control+a")
+    page.keyboard.insert_text(text)
+
+
+def menu(page, top, item):
+    page.locator(".lm-MenuBar-itemLabel", has_text=top).first.click()
+    page.locator(".lm-Menu-itemLabel", has_text=item).first.click()
+
+
+def run_all_and_validate(page):
+    menu(page, "Run", "Run All Cells")
+    wait_for_idle_kernel(page)
+    page.locator("[data-jp-item-name=runAll]").get_by_text("Validate").click()
+    dialog = page.locator(".jp-Dialog")
+    expect(dialog).to_contain_text("Validation Results")
+    return dialog
+
+
+def fill_in_exercise(page, sources):
+    for marker, source in sources.items():
+        replace_cell(page, page.locator(".jp-CodeCell").filter(has_text=marker), source)
+    answer = page.locator(".jp-MarkdownCell").filter(has_text="YOUR ANSWER HERE")
+    answer.dblclick()
+    replace_cell(page, answer, WRITTEN_ANSWER)
+    page.keyboard.press("Shift+Enter")
+
+
+def student_notebook(server):
+    """The student's copy in work/, fresh from release/ as on the first start."""
+    path = f"work/{STEP}/{STEP}.ipynb"
+    shutil.copy(server["dir"] / "release" / STEP / f"{STEP}.ipynb", server["dir"] / path)
+    return path
+
+
+def test_student_validates_a_correct_solution(page, server):
+    open_notebook(page, server, student_notebook(server))
+    page.shot("1-opened")
+    fill_in_exercise(page, CORRECT)
+    dialog = run_all_and_validate(page)
+    page.shot("2-validated")
+    expect(dialog).to_contain_text("Success! Your notebook passes all the tests.")
+    dialog.get_by_role("button", name="Ok").click()
+
+
+def test_student_sees_the_failure_and_its_hint(page, server):
+    open_notebook(page, server, student_notebook(server))
+    wrong = {**CORRECT, "def attention_scores_for_query":
+             "def attention_scores_for_query(inputs, query):\n    return inputs * query\n"}
+    fill_in_exercise(page, wrong)
+    dialog = run_all_and_validate(page)
+    page.shot("validated")
+    expect(dialog).to_contain_text("wrong shape")
+    expect(dialog).to_contain_text("likely mistake: return one number per token")
+    dialog.get_by_role("button", name="Ok").click()
+
+
+def test_lesson_renders_its_plots(page, server):
+    open_notebook(page, server, f"notebooks/{STEP}.ipynb")
+    menu(page, "Edit", "Clear Outputs of All Cells")
+    expect(page.locator(".jp-OutputArea-output img")).to_have_count(0)
+    menu(page, "Run", "Run All Cells")
+    wait_for_idle_kernel(page)
+    plots = page.locator(".jp-OutputArea-output img")
+    expect(plots).to_have_count(2)
+    plots.last.scroll_into_view_if_needed()
+    page.shot("plot")
+    assert plots.last.evaluate("img => img.naturalWidth") > 300, "the heatmap did not render"
+
+
+def test_instructor_sees_assignments_and_autogrades_from_formgrader(page, server):
+    # Logging in through JupyterLab sets the cookies formgrader's own requests need.
+    page.goto(f"{server['url']}/lab?token={server['token']}")
+    page.locator(".jp-LabShell").wait_for()
+    page.goto(f"{server['url']}/formgrader")
+    table = page.locator("table")
+    for step in harness.course.steps():
+        expect(table).to_contain_text(step)
+    page.shot("1-assignments")
+    page.goto(f"{server['url']}/formgrader/manage_submissions/{STEP}")
+    row = page.locator("tr", has_text="alice")
+    expect(row).to_contain_text("needs autograding")
+    row.locator("td.autograde a").click()
+    full = sum(harness.autograded_cells(STEP).values())
+    expect(page.locator(".modal-body")).to_contain_text(f"Successfully autograded '{STEP}' for student 'alice'")
+    page.locator(".modal-footer button").first.click()
+    expect(row.locator("td.score")).to_contain_text(f"{full:g} / ")
+    page.shot("2-autograded")

@@ -1,0 +1,39 @@
+"""The instructor's workflow of the README, command by command, in a copy of the course:
+generate -> release -> (student fetches, works, submits) -> collect -> autograde -> feedback -> export.
+"""
+import csv
+import getpass
+
+import harness
+from conftest import STEPS
+
+COURSE_ID = "attention-step-by-step"
+
+
+def test_full_nbgrader_workflow_through_the_exchange(tmp_path):
+    step = STEPS[0]
+    course_dir = harness.make_course(tmp_path / "course")  # runs `nbgrader generate_assignment` for every step
+    harness.nbgrader(course_dir, "release_assignment", step)
+
+    student_home = tmp_path / "student"
+    student_home.mkdir()
+    student_flags = [f"--course={COURSE_ID}", f"--Exchange.root={course_dir / 'exchange'}"]
+    harness.nbgrader(student_home, "fetch_assignment", step, *student_flags)
+    fetched = student_home / step / f"{step}.ipynb"
+    assert fetched.is_file(), "the student did not receive the notebook"
+    harness.submit_into(fetched, harness.variant_notebook(step, {}))
+    harness.nbgrader(student_home, "submit", step, *student_flags)
+
+    harness.nbgrader(course_dir, "collect", step)
+    student = getpass.getuser()
+    assert (course_dir / "submitted" / student / step / f"{step}.ipynb").is_file()
+    harness.nbgrader(course_dir, "autograde", step)
+    harness.nbgrader(course_dir, "generate_feedback", step)
+    feedback = (course_dir / "feedback" / student / step / f"{step}.html").read_text()
+    assert "BEGIN HIDDEN TESTS" not in feedback
+
+    harness.nbgrader(course_dir, "export", "--to=grades.csv")
+    with open(course_dir / "grades.csv") as f:
+        rows = [row for row in csv.DictReader(f) if row["assignment"] == step]
+    assert [(row["student_id"], float(row["score"])) for row in rows] == [
+        (student, sum(harness.autograded_cells(step).values()))]
