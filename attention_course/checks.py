@@ -69,6 +69,23 @@ def expect_runs(description, function, *args, hint="", **kwargs):
         raise CheckFailed(message + (f"\n  likely mistake: {hint}" if hint else "")) from error
 
 
+def expect_value_error(description, call, argument):
+    """`call()` must raise a ValueError whose message names `argument` (not an assert, not a later shape error)."""
+    problem, hint = None, f"check `{argument}` first and raise ValueError naming it (not assert, not a later shape error)"
+    try:
+        call()
+        problem = f"{description} did not raise a ValueError"
+    except NotImplementedError:
+        raise CheckFailed(f"{description}: not written yet, replace the `raise NotImplementedError` line") from None
+    except ValueError as error:
+        if argument not in str(error):
+            problem = f"{description} raised ValueError({str(error)!r}), which does not name `{argument}`"
+            hint = f"say which argument is wrong, e.g. raise ValueError(f\"... {argument}={{...}} ...\")"
+    except Exception as error:
+        problem = f"{description} raised {type(error).__name__} ({error}) instead of a ValueError"
+    expect(problem is None, problem, hint=hint)
+
+
 def _show_failed_check(shell, etype, value, tb, tb_offset=None):
     # The message is written for the student; a traceback through the test code would only bury it.
     shell._showtraceback(etype, value, [f"{etype.__name__}: {value}"])

@@ -40,7 +40,7 @@ def grade_step(base, step, tmp_path):
 def graded(request, tmp_path_factory):
     """Each step the selected tests need, graded once: two at a time, each in its own copy of one generated course."""
     steps = sorted({item.callspec.params["step"] for item in request.session.items
-                    if item.module is request.module and hasattr(item, "callspec") and "step" in item.callspec.params})
+                    if getattr(item, "module", None) is request.module and "step" in item.callspec.params})
     tmp_path = tmp_path_factory.mktemp("grading")
     base = harness.make_course(tmp_path / "base")
     with ThreadPoolExecutor(max_workers=2) as pool:

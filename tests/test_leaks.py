@@ -9,33 +9,47 @@ from conftest import ROOT, STEPS
 MARKERS = re.compile(r"(BEGIN|END) (SOLUTION|HIDDEN TESTS)")
 
 
-def blocks(step, begin, end):
-    """Lines inside begin/end blocks of the master notebook, and the lines outside them."""
-    inside, outside = set(), set()
+def block_runs(step, begin, end):
+    """The runs of stripped lines inside begin/end blocks of the master notebook, and the set of lines outside them."""
+    runs, outside = [], set()
     nb = nbformat.read(ROOT / "source" / step / f"{step}.ipynb", as_version=4)
     for cell in nb.cells:
-        within = False
+        run = None
         for line in cell.source.splitlines():
             stripped = line.strip()
             if begin in stripped:
-                within = True
+                run = []
+                runs.append(run)
             elif end in stripped:
-                within = False
+                run = None
             elif stripped:
-                (inside if within else outside).add(stripped)
-    # A line written both inside and outside a block (a print, a `for` header) shows nothing secret.
-    return {line for line in inside - outside if len(line) > 8}
+                run.append(stripped) if run is not None else outside.add(stripped)
+    return runs, outside
+
+
+def blocks(step, begin, end):
+    """Lines only written inside the blocks: a line also written outside (a print, a `for` header) shows nothing."""
+    runs, outside = block_runs(step, begin, end)
+    return {line for run in runs for line in run if line not in outside and len(line) > 8}
+
+
+def pairs(lines):
+    return set(zip(lines, lines[1:]))
+
+
+def stripped_lines(path):
+    if path.suffix == ".ipynb":
+        text = "\n".join(cell.source for cell in nbformat.read(path, as_version=4).cells)
+    else:
+        text = path.read_text()
+    return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 def code_lines(paths):
     lines = {}
     for path in paths:
-        if path.suffix == ".ipynb":
-            text = "\n".join(cell.source for cell in nbformat.read(path, as_version=4).cells)
-        else:
-            text = path.read_text()
-        for line in text.splitlines():
-            lines.setdefault(line.strip(), path.relative_to(ROOT))
+        for line in stripped_lines(path):
+            lines.setdefault(line, path.relative_to(ROOT))
     return lines
 
 
@@ -53,12 +67,24 @@ STUDENT_FILES = {
 
 
 @pytest.mark.parametrize("step", STEPS)
-@pytest.mark.parametrize("where", sorted(STUDENT_FILES))
+@pytest.mark.parametrize("where", ["release", "solutions"])
 def test_no_hidden_test_line_is_published(step, where):
     hidden = blocks(step, "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
     assert hidden, f"source/{step} has no hidden tests"
     found = leaked(hidden, STUDENT_FILES[where](step))
     assert not found, f"hidden tests of {step} appear in {where}:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize("where", ["lessons", "package"])
+def test_no_hidden_test_code_is_copied_into_lessons_or_package(step, where):
+    # Hand-written files may share a single plain line with a test (`torch.manual_seed(0)`); two consecutive
+    # lines of a hidden test are a copy.
+    runs, outside = block_runs(step, "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
+    hidden = {pair for run in runs for pair in pairs(run) if not set(pair) <= outside}
+    found = sorted(f"{path.relative_to(ROOT)}: {pair[0]} / {pair[1]}"
+                   for path in STUDENT_FILES[where](step) for pair in hidden & pairs(stripped_lines(path)))
+    assert not found, f"hidden tests of {step} are copied into {where}:\n" + "\n".join(found)
 
 
 @pytest.mark.parametrize("step", STEPS)
