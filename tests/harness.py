@@ -45,6 +45,34 @@ def source_notebook(step):
     return read_notebook(ROOT / "source" / step / f"{step}.ipynb")
 
 
+HIDDEN = ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
+SOLUTION = ("### BEGIN SOLUTION", "### END SOLUTION")
+
+
+def block_runs(step, begin, end):
+    """The runs of stripped lines inside begin/end blocks of the master notebook, and the set of lines outside them."""
+    runs, outside = [], set()
+    nb = source_notebook(step)
+    for cell in nb.cells:
+        run = None
+        for line in cell.source.splitlines():
+            stripped = line.strip()
+            if begin in stripped:
+                run = []
+                runs.append(run)
+            elif end in stripped:
+                run = None
+            elif stripped:
+                run.append(stripped) if run is not None else outside.add(stripped)
+    return runs, outside
+
+
+def blocks(step, begin, end):
+    """Lines only written inside the blocks: a line also written outside (a print, a `for` header) shows nothing."""
+    runs, outside = block_runs(step, begin, end)
+    return {line for run in runs for line in run if line not in outside and len(line) > 8}
+
+
 def autograded_cells(step):
     """{grade_id: points} of the cells autograde scores (test cells; manually graded answers excluded)."""
     cells = {}
@@ -109,6 +137,14 @@ def cell_errors(course_dir, step, student):
         if grade_id and texts:
             errors[grade_id] = "\n".join(texts)
     return errors
+
+
+def feedback_text(course_dir, step, student):
+    """The text a student reads in the HTML feedback, tags removed and entities decoded."""
+    import html
+    import re
+    page = (Path(course_dir) / "feedback" / student / step / f"{step}.html").read_text()
+    return html.unescape(re.sub(r"<[^>]+>", "", page))
 
 
 def bank(step):

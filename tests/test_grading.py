@@ -25,6 +25,7 @@ def grade_step(base, step, tmp_path):
     for name, variant in variants.items():
         harness.submit(course_dir, name, step, harness.variant_notebook(step, variant["cells"]))
     harness.autograde(course_dir, step)
+    harness.nbgrader(course_dir, "generate_feedback", step)
     harness.nbgrader(course_dir, "export", "--to=grades.csv")
     with open(course_dir / "grades.csv") as f:
         exported = {row["student_id"]: row for row in csv.DictReader(f) if row["assignment"] == step}
@@ -33,6 +34,7 @@ def grade_step(base, step, tmp_path):
         "scores": {s: harness.cell_scores(course_dir, step, s) for s in students},
         "errors": {s: harness.cell_errors(course_dir, step, s) for s in students},
         "export": exported,
+        "feedback": {s: harness.feedback_text(course_dir, step, s) for s in students},
     }
 
 
@@ -65,6 +67,19 @@ def test_export_reports_the_autograded_scores(step, graded):
     assert float(rows[ANSWER_KEY]["score"]) == full
     assert float(rows[UNTOUCHED]["score"]) == 0.0
     assert rows[ANSWER_KEY]["assignment"] == step
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_feedback_shows_failures_but_no_hidden_test(step, graded):
+    hidden = harness.blocks(step, *harness.HIDDEN)
+    for student, text in graded[step]["feedback"].items():
+        lines = {line.strip() for line in text.splitlines()}
+        shown = sorted(hidden & lines)
+        assert not shown, f"the feedback of {student} on {step} shows hidden test code: {shown}"
+    for variant, spec in harness.bank(step).items():
+        for text in spec.get("fails", {}).values():
+            assert text.lower() in graded[step]["feedback"][variant].lower(), (
+                f"the feedback of {variant} on {step} does not say {text!r}")
 
 
 BANK = [(step, name) for step in STEPS for name in sorted(harness.bank(step))]

@@ -5,32 +5,9 @@ import nbformat
 import pytest
 
 from conftest import ROOT, STEPS
+from harness import HIDDEN, SOLUTION, block_runs, blocks
 
 MARKERS = re.compile(r"(BEGIN|END) (SOLUTION|HIDDEN TESTS)")
-
-
-def block_runs(step, begin, end):
-    """The runs of stripped lines inside begin/end blocks of the master notebook, and the set of lines outside them."""
-    runs, outside = [], set()
-    nb = nbformat.read(ROOT / "source" / step / f"{step}.ipynb", as_version=4)
-    for cell in nb.cells:
-        run = None
-        for line in cell.source.splitlines():
-            stripped = line.strip()
-            if begin in stripped:
-                run = []
-                runs.append(run)
-            elif end in stripped:
-                run = None
-            elif stripped:
-                run.append(stripped) if run is not None else outside.add(stripped)
-    return runs, outside
-
-
-def blocks(step, begin, end):
-    """Lines only written inside the blocks: a line also written outside (a print, a `for` header) shows nothing."""
-    runs, outside = block_runs(step, begin, end)
-    return {line for run in runs for line in run if line not in outside and len(line) > 8}
 
 
 def pairs(lines):
@@ -69,7 +46,7 @@ STUDENT_FILES = {
 @pytest.mark.parametrize("step", STEPS)
 @pytest.mark.parametrize("where", ["release", "solutions"])
 def test_no_hidden_test_line_is_published(step, where):
-    hidden = blocks(step, "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
+    hidden = blocks(step, *HIDDEN)
     assert hidden, f"source/{step} has no hidden tests"
     found = leaked(hidden, STUDENT_FILES[where](step))
     assert not found, f"hidden tests of {step} appear in {where}:\n" + "\n".join(found)
@@ -80,7 +57,7 @@ def test_no_hidden_test_line_is_published(step, where):
 def test_no_hidden_test_code_is_copied_into_lessons_or_package(step, where):
     # Hand-written files may share a single plain line with a test (`torch.manual_seed(0)`); two consecutive
     # lines of a hidden test are a copy.
-    runs, outside = block_runs(step, "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
+    runs, outside = block_runs(step, *HIDDEN)
     hidden = {pair for run in runs for pair in pairs(run) if not set(pair) <= outside}
     found = sorted(f"{path.relative_to(ROOT)}: {pair[0]} / {pair[1]}"
                    for path in STUDENT_FILES[where](step) for pair in hidden & pairs(stripped_lines(path)))
@@ -90,7 +67,7 @@ def test_no_hidden_test_code_is_copied_into_lessons_or_package(step, where):
 @pytest.mark.parametrize("step", STEPS)
 @pytest.mark.parametrize("where", ["release", "package"])
 def test_no_solution_line_reaches_students(step, where):
-    solution = blocks(step, "### BEGIN SOLUTION", "### END SOLUTION")
+    solution = blocks(step, *SOLUTION)
     assert solution, f"source/{step} has no solution blocks"
     found = leaked(solution, STUDENT_FILES[where](step))
     assert not found, f"solution code of {step} appears in {where}:\n" + "\n".join(found)
