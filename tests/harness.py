@@ -5,9 +5,7 @@ The tests use it; a maintainer can also grade bank variants of one step by hand:
     .venv/bin/python tests/harness.py 04_causal_mask [VARIANT ...]
 """
 import importlib
-import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
