@@ -1,8 +1,11 @@
 """nbgrader configuration of the course "Attention, step by step" (course root = this folder)."""
 import os
 
-from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
-from nbgrader.preprocessors import GetGrades
+from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
+from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, Execute, GetGrades, IgnorePattern,
+                                    LimitOutput, SaveAutoGrades)
+
+from attention_course.forking import ForkingExecute
 
 from attention_course.feedback import HideHiddenTests
 
@@ -10,12 +13,23 @@ c = get_config()  # noqa: F821  (provided by traitlets when nbgrader loads this 
 
 c.CourseDirectory.course_id = "attention-step-by-step"
 c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
-c.CourseDirectory.db_url = "sqlite:///" + os.path.join(c.CourseDirectory.root, "gradebook.db")
+# timeout: several graders may write at once; SQLite makes a writer wait instead of failing.
+c.CourseDirectory.db_url = "sqlite:///" + os.path.join(c.CourseDirectory.root, "gradebook.db") + "?timeout=60"
 
 # generate_assignment registers each assignment in the gradebook and autograde registers each student,
 # so nothing has to be added by hand.
 c.GenerateAssignment.create_assignment = True
 c.Autograde.create_student = True
+
+# Autograde runs each submission in a fresh fork of a warm, sandboxed process (attention_course/forking.py):
+# milliseconds instead of a kernel start per notebook, and student code sees no solution, gradebook or other
+# submission. COURSE_EXECUTOR=kernel switches back to nbgrader's own Execute (one Jupyter kernel per notebook,
+# unsandboxed), which the tests use as the reference. Both load the grading guard (attention_course/guard.py).
+_execute = Execute if os.environ.get("COURSE_EXECUTOR") == "kernel" else ForkingExecute
+c.Autograde.autograde_preprocessors = [_execute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
+                                       AssignLatePenalties, CheckCellMetadata]
+c.Execute.extra_arguments = ["--IPKernelApp.extensions=['attention_course.guard']"]
+c.ForkingExecute.timeout = 60
 
 # The first cell imports torch: allow for a slow, cold machine; still stops an infinite loop.
 c.ExecutePreprocessor.timeout = 180

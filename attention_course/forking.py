@@ -1,0 +1,388 @@
+"""The course's notebook executor for nbgrader: a warm, sandboxed parent that forks a fresh child per notebook.
+
+Starting a Jupyter kernel and importing torch takes seconds per notebook; forking a process that has already imported
+them takes milliseconds. `ForkingExecute` replaces nbgrader's `Execute` step (see nbgrader_config.py), so sanitising,
+restoring test cells, scoring, the gradebook, feedback and formgrader stay nbgrader's own.
+
+    nbgrader process ── ForkingExecute ──pipes──> zygote (bubblewrap sandbox: torch, IPython, course package)
+                                                    └─ fork per notebook: cells in order in an IPython shell,
+                                                       outputs and errors sent back cell by cell
+
+The zygote sees the Python environment and the course package, read-only, and nothing else of the course: no
+source/, no solutions, no gradebook, no other submission. It has no network and writes only to its own /tmp.
+Each child also runs under a memory limit and a per-cell timeout; a crash or os._exit ends that child only.
+Without bubblewrap the executor still works, and warns loudly that student code runs unsandboxed.
+"""
+import base64
+import io
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import warnings
+
+from nbformat import NotebookNode
+from traitlets import Bool, Integer
+
+try:  # only the nbgrader side needs nbgrader; the zygote does not import it
+    from nbgrader.preprocessors import NbGraderPreprocessor
+except ImportError:  # pragma: no cover
+    NbGraderPreprocessor = object
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+OUTPUT_LIMIT = 1_000_000  # characters of text output kept per cell; LimitOutput trims further
+EVENTS = []  # one record per executed notebook, read by the class grader
+
+
+class SandboxUnavailable(RuntimeWarning):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# nbgrader side
+# ---------------------------------------------------------------------------------------------------------------
+
+def sandbox_command(python):
+    """bubblewrap arguments that run `python` with the environment and the package visible, read-only."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return None
+    prefixes = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(python)))}
+    command = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+               "--uid", "65534", "--gid", "65534", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+               "--chdir", "/tmp", "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp"]
+    for path in ["/usr", "/lib", "/lib64", "/bin", "/etc/alternatives", "/etc/ld.so.cache", "/etc/localtime", "/etc/fonts"]:
+        command += ["--ro-bind-try", path, path]
+    for path in sorted(prefixes) + [PACKAGE_DIR]:
+        command += ["--ro-bind", path, path]
+    return command
+
+
+class Zygote:
+    """The warm parent, started once per grading process."""
+
+    def __init__(self, sandbox=True, log=None):
+        python = sys.executable
+        env = {"PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+               "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp/matplotlib", "PYTHONHASHSEED": "0"}
+        command = sandbox_command(python) if sandbox else None
+        self.sandboxed = command is not None and self._sandbox_works(command, python)
+        if self.sandboxed:
+            for name, value in env.items():
+                command += ["--setenv", name, value]
+            argv = command + [python, "-m", "attention_course.forking", "serve"]
+            env = None
+        else:
+            message = ("grading WITHOUT a sandbox: student code can read and write everything this user can "
+                       "(install Debian's bubblewrap: apt-get install bubblewrap)")
+            warnings.warn(message, SandboxUnavailable, stacklevel=2)
+            if log is not None:
+                log.warning(message)
+            argv = [python, "-m", "attention_course.forking", "serve"]
+            env = {**os.environ, **env, "MPLCONFIGDIR": os.path.join(os.environ.get("TMPDIR", "/tmp"), "mpl-grader")}
+        self.buffer = b""
+        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                                        cwd=None if self.sandboxed else os.environ.get("TMPDIR", "/tmp"))
+        ready = self._read(timeout=300)
+        if ready is None or ready.get("ready") is not True:
+            raise RuntimeError(f"the grading executor did not start: {ready}")
+
+    @staticmethod
+    def _sandbox_works(command, python):
+        try:
+            probe = subprocess.run(command + [python, "-c", "print('ok')"], capture_output=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return probe.returncode == 0 and probe.stdout.strip() == b"ok"
+
+    def alive(self):
+        return self.process.poll() is None
+
+    def _read(self, timeout):
+        """The next message, None after `timeout` seconds of silence."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buffer:
+            ready, _, _ = select.select([self.process.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return None
+            chunk = os.read(self.process.stdout.fileno(), 1 << 20)
+            if not chunk:
+                return {"eof": True}
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def run(self, sources, cell_timeout, memory_limit):
+        """Run the sources in a fresh child; yield its messages ({"cell": i, ...}, then {"end": ...})."""
+        request = {"sources": sources, "cell_timeout": cell_timeout, "memory_limit": memory_limit}
+        self.process.stdin.write((json.dumps(request) + "\n").encode())
+        self.process.stdin.flush()
+        while True:
+            message = self._read(timeout=cell_timeout + 60)
+            if message is None:  # the zygote itself hangs: give up on it
+                self.process.kill()
+                yield {"end": "hung", "detail": "the grading executor stopped answering"}
+                return
+            if message.get("eof"):
+                yield {"end": "hung", "detail": "the grading executor stopped"}
+                return
+            yield message
+            if "end" in message:
+                return
+
+    def close(self):
+        if self.alive():
+            self.process.stdin.close()
+            self.process.wait(timeout=10)
+
+
+_ZYGOTE = None
+
+
+def zygote(sandbox=True, log=None):
+    global _ZYGOTE
+    if _ZYGOTE is None or not _ZYGOTE.alive():
+        _ZYGOTE = Zygote(sandbox=sandbox, log=log)
+    return _ZYGOTE
+
+
+def _error_output(ename, evalue):
+    return NotebookNode(output_type="error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
+
+
+class ForkingExecute(NbGraderPreprocessor):
+    """nbgrader's Execute step, run in a forked child of a warm, sandboxed parent."""
+
+    timeout = Integer(60, help="Seconds one cell may run before it is interrupted.").tag(config=True)
+    memory_limit = Integer(4 << 30, help="Bytes of address space one notebook may add.").tag(config=True)
+    sandbox = Bool(True, help="Run student code in a bubblewrap sandbox (warns when unavailable).").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        code_cells = [cell for cell in nb.cells if cell.cell_type == "code"]
+        started = time.perf_counter()
+        end = {"end": "hung"}
+        for message in zygote(self.sandbox, self.log).run([c.source for c in code_cells], self.timeout,
+                                                          self.memory_limit):
+            if "end" in message:
+                end = message
+                break
+            cell = code_cells[message["cell"]]
+            cell.outputs = [NotebookNode(output) for output in message["outputs"]]
+            cell.execution_count = message["cell"] + 1
+        flags = set()
+        if end["end"] != "ok":
+            flags.add("crashed")
+            reason = end.get("detail", "the notebook's process ended")
+            stopped = False
+            for cell in code_cells:
+                if cell.get("execution_count") is None:
+                    cell.outputs = [_error_output("DeadKernelError", reason if not stopped else
+                                                  "not run: the notebook's process had ended in an earlier cell")]
+                    stopped = True
+        for cell in code_cells:
+            for output in cell.get("outputs", []):
+                text = output.get("evalue", "") + output.get("text", "")
+                if output.get("ename") == "CellTimeoutError":
+                    flags.add("timed out")
+                if output.get("ename") == "MemoryError" or "DefaultCPUAllocator" in text:
+                    flags.add("out of memory")
+                if "grading guard:" in text:
+                    flags.add("tampered")
+        EVENTS.append({"notebook": resources.get("unique_key"), "flags": sorted(flags),
+                       "seconds": time.perf_counter() - started,
+                       "sandboxed": _ZYGOTE is not None and _ZYGOTE.sandboxed})
+        return nb, resources
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# zygote side (inside the sandbox)
+# ---------------------------------------------------------------------------------------------------------------
+
+class _CellTimeout(BaseException):
+    """Raised in a cell that runs past its time; BaseException so that `except Exception` cannot swallow it."""
+
+
+def _serve():
+    import resource
+
+    import torch
+    torch.set_num_threads(1)  # before any fork: every child inherits one thread, workers run side by side
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy  # noqa: F401
+    import torch.nn.functional  # noqa: F401
+    from IPython.core.displayhook import DisplayHook
+    from IPython.core.displaypub import DisplayPublisher
+    from IPython.core.interactiveshell import InteractiveShell
+
+    import attention_course.checks  # noqa: F401
+    import attention_course.data  # noqa: F401
+    import attention_course.plots  # noqa: F401
+    from attention_course import guard
+
+    from traitlets.config import Config
+    config = Config()
+    config.HistoryManager.enabled = False
+    config.InteractiveShell.colors = "NoColor"
+    shell = InteractiveShell.instance(config=config)
+    torch.ones(2, 2) @ torch.ones(2, 2)  # warm up the kernels once, not in every child
+    out = sys.stdout.buffer
+    sys.stdout = open(os.devnull, "w")  # nothing but messages goes to the worker
+    out.write(b'{"ready": true}\n')
+    out.flush()
+    for line in sys.stdin.buffer:
+        request = json.loads(line)
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read_end)
+            try:
+                _child(request, os.fdopen(write_end, "wb"), resource, plt, guard, shell, DisplayHook, DisplayPublisher)
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        _relay(pid, os.fdopen(read_end, "rb"), out, request["cell_timeout"])
+
+
+def _relay(pid, messages, out, cell_timeout):
+    """Forward the child's messages; kill it if a cell overruns its timeout by far (a loop that catches everything)."""
+    end, buffer = None, b""
+    while end is None:
+        ready, _, _ = select.select([messages], [], [], cell_timeout + 10)
+        if not ready:
+            os.killpg(pid, signal.SIGKILL)
+            end = {"end": "killed", "detail": f"a cell ran for more than {cell_timeout} s and could not be "
+                                              "interrupted, so the notebook's process was stopped"}
+            break
+        chunk = os.read(messages.fileno(), 1 << 20)
+        if not chunk:
+            break
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            message = json.loads(line)
+            if "end" in message:
+                end = message
+            else:
+                out.write(line + b"\n")
+    messages.close()
+    _, status = os.waitpid(pid, 0)
+    if end is None:
+        if os.WIFSIGNALED(status):
+            detail = f"the notebook's process was killed by signal {os.WTERMSIG(status)}"
+        else:
+            detail = f"the notebook's process exited with code {os.WEXITSTATUS(status)} (os._exit or sys.exit?)"
+        end = {"end": "died", "detail": detail}
+    out.write((json.dumps(end) + "\n").encode())
+    out.flush()
+
+
+def _virtual_memory():
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _child(request, channel, resource, plt, guard, shell, DisplayHook, DisplayPublisher):
+    import tempfile
+    os.setpgid(0, 0)
+    os.chdir(tempfile.mkdtemp(prefix="notebook-"))
+    limit = _virtual_memory() + request["memory_limit"]
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    outputs = []
+
+    class Stream(io.TextIOBase):
+        def __init__(self, name):
+            self.name, self.size = name, 0
+
+        def writable(self):
+            return True
+
+        def write(self, text):
+            if not isinstance(text, str):
+                raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+            self.size += len(text)
+            if self.size > OUTPUT_LIMIT:
+                if self.size - len(text) <= OUTPUT_LIMIT:
+                    text = text[:max(0, OUTPUT_LIMIT - self.size + len(text))] + "\n[output truncated by the grader]\n"
+                else:
+                    return len(text)
+            if outputs and outputs[-1]["output_type"] == "stream" and outputs[-1]["name"] == self.name:
+                outputs[-1]["text"] += text
+            else:
+                outputs.append({"output_type": "stream", "name": self.name, "text": text})
+            return len(text)
+
+    class Publisher(DisplayPublisher):
+        def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):
+            outputs.append({"output_type": "display_data", "data": data, "metadata": metadata or {}})
+
+    class Hook(DisplayHook):
+        def write_output_prompt(self):
+            pass
+
+        def write_format_data(self, format_dict, md_dict=None):
+            outputs.append({"output_type": "execute_result", "data": format_dict, "metadata": md_dict or {},
+                            "execution_count": self.prompt_count})
+
+        def finish_displayhook(self):
+            pass
+
+    shell.display_pub = Publisher(shell=shell, parent=shell)
+    shell.displayhook = Hook(shell=shell, cache_size=shell.cache_size, parent=shell)
+
+    def show_traceback(etype, evalue, stb):
+        outputs.append({"output_type": "error", "ename": getattr(etype, "__name__", str(etype)),
+                        "evalue": str(evalue), "traceback": [line[:10_000] for line in stb][-50:]})
+
+    shell._showtraceback = show_traceback
+    sys.stdout, sys.stderr = Stream("stdout"), Stream("stderr")
+    guard.load_ipython_extension(shell)
+
+    def on_alarm(signum, frame):
+        raise _CellTimeout()
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    for index, source in enumerate(request["sources"]):
+        outputs.clear()
+        sys.stdout.size = sys.stderr.size = 0
+        signal.alarm(request["cell_timeout"])
+        try:
+            result = shell.run_cell(source, store_history=True)
+        except _CellTimeout:
+            result = None
+        finally:
+            signal.alarm(0)
+        for number in plt.get_fignums():
+            figure = plt.figure(number)
+            png = io.BytesIO()
+            figure.savefig(png, format="png", bbox_inches="tight")
+            outputs.append({"output_type": "display_data", "metadata": {},
+                            "data": {"image/png": base64.b64encode(png.getvalue()).decode(),
+                                     "text/plain": f"<Figure size {figure.get_size_inches()}>"}})
+        plt.close("all")
+        error = None if result is None else (result.error_before_exec or result.error_in_exec)
+        if result is None or isinstance(error, _CellTimeout):
+            outputs[:] = [o for o in outputs if o.get("ename") != "_CellTimeout"]
+            outputs.append({"output_type": "error", "ename": "CellTimeoutError",
+                            "evalue": f"the cell ran for more than {request['cell_timeout']} s",
+                            "traceback": [f"CellTimeoutError: the cell ran for more than {request['cell_timeout']} s"
+                                          " (an infinite loop?)"]})
+        elif error is not None and not any(o["output_type"] == "error" for o in outputs):
+            outputs.append({"output_type": "error", "ename": type(error).__name__, "evalue": str(error),
+                            "traceback": [f"{type(error).__name__}: {error}"]})
+        channel.write((json.dumps({"cell": index, "outputs": outputs}, default=str) + "\n").encode())
+        channel.flush()
+    channel.write(b'{"end": "ok"}\n')
+    channel.flush()
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["serve"]:
+    _serve()
