@@ -3,6 +3,7 @@
 
     python3 course.py start      JupyterLab with the nbgrader extensions on the course
     python3 course.py test       the whole test suite (what CI runs)
+    python3 course.py grade      autograde every submission, with feedback, a summary and grades.csv (--help)
     python3 course.py build      regenerate release/ and solutions/ from source/ (--lessons: re-execute notebooks/ too)
 """
 import hashlib
@@ -120,7 +121,7 @@ def copy_release_to_work():
 
 def main(argv):
     command = argv[0] if argv else "help"
-    if command not in ("start", "test", "build"):
+    if command not in ("start", "test", "build", "grade"):
         print(__doc__)
         return 0 if command in ("help", "-h", "--help") else 2
     if Path(sys.prefix).resolve() != VENV.resolve():
@@ -141,6 +142,9 @@ def main(argv):
         # Two workers; --dist loadscope keeps the cells of one notebook together on one worker for nbval.
         options = argv[1:] or ["-n", "2", "--dist", "loadscope"]
         return subprocess.call([sys.executable, "-m", "pytest", *options])
+    if command == "grade":
+        from attention_course.grading import main as grade
+        return grade(argv[1:])
     build(lessons="--lessons" in argv)
     return 0
 

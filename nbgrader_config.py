@@ -2,10 +2,11 @@
 import os
 
 from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
-from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, Execute, GetGrades, IgnorePattern,
-                                    LimitOutput, SaveAutoGrades)
+from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, Execute, GetGrades,
+                                    IgnorePattern, LimitOutput, OverwriteCells, OverwriteKernelspec, SaveAutoGrades)
 
 from attention_course.forking import ForkingExecute
+from attention_course.sanitize import DropDuplicateIds
 
 from attention_course.feedback import HideHiddenTests
 
@@ -21,6 +22,10 @@ c.CourseDirectory.db_url = "sqlite:///" + os.path.join(c.CourseDirectory.root, "
 c.GenerateAssignment.create_assignment = True
 c.Autograde.create_student = True
 
+# A copied test cell (two cells, one grade id) is graded once instead of stopping autograde (nbgrader issue 1083).
+c.Autograde.sanitize_preprocessors = [ClearOutput, DropDuplicateIds, OverwriteKernelspec, OverwriteCells,
+                                      CheckCellMetadata]
+
 # Autograde runs each submission in a fresh fork of a warm, sandboxed process (attention_course/forking.py):
 # milliseconds instead of a kernel start per notebook, and student code sees no solution, gradebook or other
 # submission. COURSE_EXECUTOR=kernel switches back to nbgrader's own Execute (one Jupyter kernel per notebook,
@@ -29,7 +34,7 @@ _execute = Execute if os.environ.get("COURSE_EXECUTOR") == "kernel" else Forking
 c.Autograde.autograde_preprocessors = [_execute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
                                        AssignLatePenalties, CheckCellMetadata]
 c.Execute.extra_arguments = ["--IPKernelApp.extensions=['attention_course.guard']"]
-c.ForkingExecute.timeout = 60
+c.ForkingExecute.timeout = c.Execute.timeout = 60
 
 # The first cell imports torch: allow for a slow, cold machine; still stops an infinite loop.
 c.ExecutePreprocessor.timeout = 180

@@ -164,6 +164,13 @@ class ForkingExecute(NbGraderPreprocessor):
     def preprocess(self, nb, resources):
         code_cells = [cell for cell in nb.cells if cell.cell_type == "code"]
         started = time.perf_counter()
+        unreadable = nb.metadata.get("attention_course_unreadable")  # set by the class grader (grading.py)
+        if unreadable:
+            for cell in code_cells:
+                cell.outputs = [_error_output("SubmissionError", unreadable)]
+            EVENTS.append({"notebook": resources.get("unique_key"), "flags": ["unreadable"], "seconds": 0.0,
+                           "sandboxed": None})
+            return nb, resources
         end = {"end": "hung"}
         for message in zygote(self.sandbox, self.log).run([c.source for c in code_cells], self.timeout,
                                                           self.memory_limit):

@@ -18,9 +18,9 @@ import course  # noqa: E402
 os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
 
 
-def nbgrader(course_dir, *args, check=True):
+def nbgrader(course_dir, *args, check=True, env=None):
     result = subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=WARN"], cwd=course_dir,
-                            capture_output=True, text=True)
+                            capture_output=True, text=True, env={**os.environ, **(env or {})})
     if check and result.returncode != 0:
         raise RuntimeError(f"nbgrader {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
     return result
@@ -94,10 +94,20 @@ def variant_notebook(step, replacements):
     return nb
 
 
+def variant_submission(step, variant):
+    """What a bank variant submits: the answer key with its cells replaced, then its `notebook` transform if any
+    (which may return raw text, e.g. invalid JSON, or None for a submission without the notebook)."""
+    nb = variant_notebook(step, variant.get("cells", {}))
+    transform = variant.get("notebook")
+    return transform(nb) if transform else nb
+
+
 def submit(course_dir, student, step, nb):
     import nbformat
     folder = Path(course_dir) / "submitted" / student / step
     folder.mkdir(parents=True, exist_ok=True)
+    if nb is None:
+        return
     if isinstance(nb, (str, bytes)):
         (folder / f"{step}.ipynb").write_text(nb if isinstance(nb, str) else nb.decode())
     else:
@@ -111,7 +121,18 @@ def submit_into(path, nb):
 
 
 def autograde(course_dir, step):
+    """Plain `nbgrader autograde`, executor chosen by nbgrader_config.py (COURSE_EXECUTOR=kernel: Jupyter kernels)."""
     return nbgrader(course_dir, "autograde", step, "--force", check=False)
+
+
+def grade_class(course_dir, *args, workers=1, timeout=10):
+    """The instructor's class grading command (course.py grade) run in a course copy; returns its output."""
+    command = [sys.executable, "-m", "attention_course.grading", *args, "--workers", str(workers),
+               "--timeout", str(timeout), "--root", str(course_dir)]
+    run = subprocess.run(command, cwd=course_dir, capture_output=True, text=True)
+    if run.returncode not in (0, 1):
+        raise RuntimeError(f"course.py grade failed:\n{run.stdout}\n{run.stderr}")
+    return run.stdout
 
 
 def cell_scores(course_dir, step, student):
@@ -145,13 +166,24 @@ def feedback_text(course_dir, step, student):
     return html.unescape(re.sub(r"<[^>]+>", "", page))
 
 
-def bank(step):
-    """The submission bank of a step: VARIANTS of tests/bank/<step>.py ({} when the file is missing)."""
+def bank(step, integrity=True):
+    """The submission bank of a step: VARIANTS of tests/bank/<step>.py, plus the cheating and broken submissions
+    of tests/bank/integrity.py built for that step ({} when the step has no bank file)."""
     if not (ROOT / "tests" / "bank" / f"{step}.py").exists():
         return {}
     if str(ROOT / "tests") not in sys.path:
         sys.path.insert(0, str(ROOT / "tests"))
-    return importlib.import_module(f"bank.{step}").VARIANTS
+    variants = dict(importlib.import_module(f"bank.{step}").VARIANTS)
+    if integrity:
+        variants.update(importlib.import_module("bank.integrity").variants(step))
+    return variants
+
+
+def matches(expected, got, variant):
+    """Scores as the bank expects: exactly, or at most (`at_most`) for a cheat whose effect depends on timing."""
+    if variant.get("at_most"):
+        return set(expected) == set(got) and all(got[cell] <= expected[cell] for cell in expected)
+    return expected == got
 
 
 def expected_scores(step, variant):
@@ -166,8 +198,8 @@ def grade_variants(step, names=None):
     with tempfile.TemporaryDirectory() as tmp:
         course_dir = make_course(tmp)
         for name in names:
-            submit(course_dir, name, step, variant_notebook(step, variants[name]["cells"]))
-        autograde(course_dir, step)
+            submit(course_dir, name, step, variant_submission(step, variants[name]))
+        grade_class(course_dir, step, workers=2)
         return {name: (expected_scores(step, variants[name]), cell_scores(course_dir, step, name),
                        cell_errors(course_dir, step, name)) for name in names}
 
@@ -175,7 +207,7 @@ def grade_variants(step, names=None):
 if __name__ == "__main__":
     step, names = sys.argv[1], sys.argv[2:]
     for name, (expected, got, errors) in grade_variants(step, names).items():
-        verdict = "ok " if expected == got else "BAD"
+        verdict = "ok " if matches(expected, got, bank(step)[name]) else "BAD"
         print(f"{verdict} {name}: expected {expected} got {got}")
         wanted = bank(step)[name].get("fails", {})
         for grade_id, text in wanted.items():

@@ -1,12 +1,17 @@
-"""The instructor's round trip, per assignment, through nbgrader's own commands in a copy of the course.
+"""The instructor's round trip, per assignment, through the class grader (course.py grade) in a copy of the course.
 
 The answer key submitted as a student gets full marks on every autograded cell, the untouched release gets zero,
-`nbgrader export` reports exactly those numbers, and every variant of the submission bank (tests/bank/) gets its
-expected score per cell with a message that names the mistake.
+`nbgrader export` reports exactly those numbers, every variant of the submission bank (tests/bank/: right answers
+written another way, common mistakes, cheats, broken notebooks) gets its expected score per cell with a message
+that names the mistake, no cheat changes a file of the course, and plain nbgrader (one Jupyter kernel per notebook)
+gives the same scores as the course's forking executor.
 """
 import csv
+import hashlib
+import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -16,40 +21,91 @@ from conftest import ROOT, STEPS
 ANSWER_KEY, UNTOUCHED = "answer_key", "untouched_release"
 
 
+def fingerprint(course_dir, student=None):
+    """Hashes of every file the graded students must not touch: the course's own files and the submissions."""
+    course_dir = Path(course_dir)
+    files = {}
+    for folder in ("source", "release", "solutions", "submitted"):
+        for path in sorted((course_dir / folder).rglob("*")):
+            if path.is_file():
+                files[str(path.relative_to(course_dir))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    files["nbgrader_config.py"] = hashlib.sha256((course_dir / "nbgrader_config.py").read_bytes()).hexdigest()
+    return files
+
+
+def submitted_lines(path):
+    try:
+        return {line.strip() for cell in harness.read_notebook(path).cells for line in cell.source.splitlines()}
+    except Exception:  # the bank's unreadable and missing notebooks
+        return set()
+
+
+def submit_class(course_dir, step, variants):
+    harness.submit(course_dir, ANSWER_KEY, step, harness.variant_notebook(step, {}))
+    harness.submit(course_dir, UNTOUCHED, step, (ROOT / "release" / step / f"{step}.ipynb").read_text())
+    for name, variant in variants.items():
+        harness.submit(course_dir, name, step, harness.variant_submission(step, variant))
+
+
 def grade_step(base, step, tmp_path):
     course_dir = tmp_path / step
     shutil.copytree(base, course_dir)
-    harness.submit(course_dir, ANSWER_KEY, step, harness.variant_notebook(step, {}))
-    harness.submit(course_dir, UNTOUCHED, step, (ROOT / "release" / step / f"{step}.ipynb").read_text())
     variants = harness.bank(step)
-    for name, variant in variants.items():
-        harness.submit(course_dir, name, step, harness.variant_notebook(step, variant["cells"]))
-    harness.autograde(course_dir, step)
-    harness.nbgrader(course_dir, "generate_feedback", step)
-    harness.nbgrader(course_dir, "export", "--to=grades.csv")
+    submit_class(course_dir, step, variants)
+    before = fingerprint(course_dir)
+    summary = harness.grade_class(course_dir, step)
+    after = fingerprint(course_dir)
     with open(course_dir / "grades.csv") as f:
         exported = {row["student_id"]: row for row in csv.DictReader(f) if row["assignment"] == step}
     students = [ANSWER_KEY, UNTOUCHED, *variants]
     return {
+        "summary": summary,
+        "files": (before, after),
         "scores": {s: harness.cell_scores(course_dir, step, s) for s in students},
         "errors": {s: harness.cell_errors(course_dir, step, s) for s in students},
         "export": exported,
         "feedback": {s: harness.feedback_text(course_dir, step, s) for s in students},
-        "submitted_lines": {s: {line.strip() for cell in harness.read_notebook(
-            course_dir / "submitted" / s / step / f"{step}.ipynb").cells for line in cell.source.splitlines()}
-            for s in students},
+        "submitted_lines": {s: submitted_lines(course_dir / "submitted" / s / step / f"{step}.ipynb")
+                            for s in students},
     }
 
 
+def grade_step_with_kernels(base, step, tmp_path):
+    """Plain nbgrader: `nbgrader autograde` with its own Execute, one Jupyter kernel per notebook. Variants that
+    would damage an unsandboxed course, or whose effect depends on timing, are left out."""
+    course_dir = tmp_path / f"{step}-kernels"
+    shutil.copytree(base, course_dir)
+    variants = {name: v for name, v in harness.bank(step).items() if not (v.get("stock_hole") or v.get("at_most"))}
+    submit_class(course_dir, step, variants)
+    harness.nbgrader(course_dir, "autograde", step, "--force", "--Execute.timeout=10", check=False,
+                     env={"COURSE_EXECUTOR": "kernel"})
+    return {s: harness.cell_scores(course_dir, step, s) for s in [ANSWER_KEY, UNTOUCHED, *variants]}
+
+
+def steps_needed(request):
+    return sorted({item.callspec.params["step"] for item in request.session.items
+                   if getattr(item, "module", None) is request.module and "step" in item.callspec.params})
+
+
 @pytest.fixture(scope="module")
-def graded(request, tmp_path_factory):
+def base_course(tmp_path_factory):
+    return harness.make_course(tmp_path_factory.mktemp("grading") / "base")
+
+
+@pytest.fixture(scope="module")
+def graded(request, base_course):
     """Each step the selected tests need, graded once: two at a time, each in its own copy of one generated course."""
-    steps = sorted({item.callspec.params["step"] for item in request.session.items
-                    if getattr(item, "module", None) is request.module and "step" in item.callspec.params})
-    tmp_path = tmp_path_factory.mktemp("grading")
-    base = harness.make_course(tmp_path / "base")
     with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {step: pool.submit(grade_step, base, step, tmp_path) for step in steps}
+        futures = {step: pool.submit(grade_step, base_course, step, base_course.parent)
+                   for step in steps_needed(request)}
+        return {step: future.result() for step, future in futures.items()}
+
+
+@pytest.fixture(scope="module")
+def graded_with_kernels(request, base_course):
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {step: pool.submit(grade_step_with_kernels, base_course, step, base_course.parent)
+                   for step in steps_needed(request)}
         return {step: future.result() for step, future in futures.items()}
 
 
@@ -93,7 +149,7 @@ BANK = [(step, name) for step in STEPS for name in sorted(harness.bank(step))]
 def test_bank_variant_gets_expected_scores(step, variant, graded):
     spec = harness.bank(step)[variant]
     errors = graded[step]["errors"][variant]
-    assert graded[step]["scores"][variant] == harness.expected_scores(step, spec), errors
+    assert harness.matches(harness.expected_scores(step, spec), graded[step]["scores"][variant], spec), errors
     for cell, text in spec.get("fails", {}).items():
         assert text.lower() in errors.get(cell, "").lower(), (
             f"the student's message for {cell} should mention {text!r}; it says: {errors.get(cell)!r}")
@@ -103,3 +159,30 @@ def test_bank_variant_gets_expected_scores(step, variant, graded):
 def test_bank_has_correct_variants_and_mistakes(step):
     kinds = [variant["kind"] for variant in harness.bank(step).values()]
     assert kinds.count("correct") >= 2 and kinds.count("mistake") >= 1, f"tests/bank/{step}.py is too small: {kinds}"
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_no_submission_changes_a_file_of_the_course(step, graded):
+    before, after = graded[step]["files"]
+    changed = sorted(name for name in before.keys() | after.keys() if before.get(name) != after.get(name))
+    assert not changed, f"grading {step} changed or deleted: {changed[:10]}"
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_summary_flags_crashes_timeouts_tampering_and_unreadable_notebooks(step, graded):
+    flagged = {line.split(" / ")[0].strip(): line for line in graded[step]["summary"].splitlines() if " / " in line
+               and ":" in line}
+    for student, flag in [("broken_os_exit", "crashed"), ("broken_unstoppable_loop", "crashed"),
+                          ("broken_infinite_loop", "timed out"), ("broken_over_memory_limit", "out of memory"),
+                          ("cheat_patches_torch_allclose", "tampered"), ("broken_invalid_json", "unreadable"),
+                          ("broken_missing_notebook", "unreadable")]:
+        assert flag in flagged.get(student, ""), f"{student} should be flagged {flag!r}:\n{graded[step]['summary']}"
+    assert ANSWER_KEY not in flagged and "Graded" in graded[step]["summary"]
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_fast_path_grades_like_plain_nbgrader(step, graded, graded_with_kernels):
+    plain = graded_with_kernels[step]
+    fast = {student: graded[step]["scores"][student] for student in plain}
+    different = {s: (plain[s], fast[s]) for s in plain if plain[s] != fast[s]}
+    assert not different, f"plain nbgrader and the forking executor disagree on {step}: {different}"

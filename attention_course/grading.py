@@ -1,0 +1,269 @@
+"""Grade a whole class with one command: `python3 course.py grade [ASSIGNMENT ...] [--workers N]`.
+
+nbgrader stays the engine: every submission goes through nbgrader's own autograde (sanitise, restore the test cells,
+execute, score, gradebook) and generate_feedback, in worker processes that each keep one warm, sandboxed executor
+(attention_course/forking.py). The parent hands out submissions, shows progress, and at the end prints a summary,
+flags what crashed, timed out, ran out of memory, tampered or could not be read, and exports grades.csv.
+
+One bad submission never stops the others: a notebook that is not valid JSON, or missing, is graded as its
+assignment's release with a note saying why (so it scores zero for a reason the student can read, instead of being
+silently absent), and a worker that dies is replaced. Students' files in submitted/ are never changed: nbgrader
+reads a staged copy in .grading/.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+STAGING = ".grading"
+UNREADABLE = "attention_course_unreadable"
+
+
+def course_config(root):
+    from traitlets.config.loader import PyFileConfigLoader
+    return PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
+
+
+def find_submissions(root, assignments=None, students=None):
+    """(student, assignment) pairs found in submitted/, sorted."""
+    pairs = []
+    submitted = Path(root) / "submitted"
+    for student_dir in sorted(p for p in submitted.iterdir() if p.is_dir()) if submitted.is_dir() else []:
+        if students and student_dir.name not in students:
+            continue
+        for assignment_dir in sorted(p for p in student_dir.iterdir() if p.is_dir()):
+            if assignments and assignment_dir.name not in assignments:
+                continue
+            pairs.append((student_dir.name, assignment_dir.name))
+    return pairs
+
+
+def placeholder(release_path, reason):
+    """The release notebook, marked so that the executor fails every cell with `reason` instead of running it."""
+    import nbformat
+    nb = nbformat.read(release_path, as_version=4)
+    nb.metadata[UNREADABLE] = reason
+    return nb
+
+
+def stage(root, student, assignment):
+    """Copy one submission to the staging folder nbgrader reads; replace unreadable or missing notebooks."""
+    import nbformat
+    source = Path(root) / "submitted" / student / assignment
+    target = Path(root) / STAGING / "submitted" / student / assignment
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(source, target, symlinks=False, ignore_dangling_symlinks=True)
+    problems = []
+    for release_path in sorted((Path(root) / "release" / assignment).glob("*.ipynb")):
+        path = target / release_path.name
+        reason = None
+        if not path.exists():
+            reason = f"no notebook named {release_path.name} was submitted, so nothing could be graded"
+        else:
+            try:
+                nb = nbformat.read(path, as_version=4)
+                nbformat.validate(nb)
+            except Exception as error:  # invalid JSON, wrong format, binary garbage...
+                reason = (f"{release_path.name} could not be read as a notebook ({type(error).__name__}: "
+                          f"{str(error)[:200]})")
+        if reason:
+            nbformat.write(placeholder(release_path, reason), path)
+            problems.append(reason)
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# worker: one process, one warm executor, many submissions
+# ---------------------------------------------------------------------------------------------------------------
+
+def worker(root, timeout=None):
+    os.chdir(root)
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    from attention_course import forking
+
+    config = course_config(root)
+    config.CourseDirectory.submitted_directory = os.path.join(STAGING, "submitted")
+    if timeout:
+        config.ForkingExecute.timeout = timeout
+    coursedir = CourseDirectory(config=config)
+    api = NbGraderAPI(coursedir=coursedir, config=config)
+    forking.zygote(sandbox=config.ForkingExecute.get("sandbox", True))  # warm up before the first submission
+    print(json.dumps({"ready": True, "sandboxed": forking._ZYGOTE.sandboxed}), flush=True)
+    for line in sys.stdin:
+        task = json.loads(line)
+        started = time.perf_counter()
+        before = len(forking.EVENTS)
+        result = api.autograde(task["assignment"], task["student"], force=True, create=True)
+        feedback = api.generate_feedback(task["assignment"], task["student"]) if result["success"] else None
+        events = forking.EVENTS[before:]
+        print(json.dumps({
+            **task, "success": result["success"], "error": (result.get("error") or "")[-2000:],
+            "feedback": bool(feedback and feedback["success"]),
+            "flags": sorted({flag for event in events for flag in event["flags"]}),
+            "seconds": time.perf_counter() - started,
+        }), flush=True)
+
+
+class Worker:
+    def __init__(self, root, timeout=None):
+        command = [sys.executable, "-m", "attention_course.grading", "--worker", str(root)]
+        self.process = subprocess.Popen(command + (["--timeout", str(timeout)] if timeout else []),
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.ready = json.loads(self.process.stdout.readline() or '{"ready": false}')
+        self.task = None
+
+    def send(self, task):
+        self.task = task
+        self.process.stdin.write(json.dumps(task) + "\n")
+
+    def close(self):
+        if self.process.poll() is None:
+            self.process.stdin.close()
+            self.process.wait(timeout=30)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the instructor's command
+# ---------------------------------------------------------------------------------------------------------------
+
+class Progress:
+    def __init__(self, total, stream=sys.stderr):
+        self.total, self.done, self.started, self.stream = total, 0, time.monotonic(), stream
+        self.tty = stream.isatty()
+        self.shown = -1
+
+    def step(self):
+        self.done += 1
+        elapsed = time.monotonic() - self.started
+        rate = self.done / elapsed if elapsed else 0.0
+        left = (self.total - self.done) / rate if rate else 0.0
+        width = 30
+        filled = int(width * self.done / max(self.total, 1))
+        line = (f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} notebooks, "
+                f"{rate:.1f}/s, {left:.0f} s left")
+        if self.tty:
+            print("\r" + line, end="" if self.done < self.total else "\n", file=self.stream, flush=True)
+        elif self.done * 10 // max(self.total, 1) != self.shown or self.done == self.total:
+            self.shown = self.done * 10 // max(self.total, 1)
+            print(line, file=self.stream, flush=True)
+
+
+def grade_class(root, assignments=None, students=None, workers=2, csv_path="grades.csv", timeout=None,
+                out=sys.stdout):
+    """Autograde and generate feedback for every submission found; return the list of per-submission results."""
+    root = Path(root).resolve()
+    pairs = find_submissions(root, assignments, students)
+    staged_problems = {}
+    for student, assignment in pairs:
+        staged_problems[(student, assignment)] = stage(root, student, assignment)
+    _register(root, pairs)
+    results, queue = [], list(pairs)
+    progress = Progress(len(pairs))
+    pool = [Worker(root, timeout) for _ in range(max(1, min(workers, len(pairs))))]
+    if any(not w.ready.get("sandboxed") for w in pool):
+        print("WARNING: student code runs WITHOUT a sandbox (bubblewrap missing or not working): it can read "
+              "the solutions and write the gradebook. Install Debian's bubblewrap.", file=out)
+    busy = {}
+    for w in pool:
+        if queue:
+            student, assignment = queue.pop(0)
+            w.send({"student": student, "assignment": assignment})
+            busy[w.process.stdout.fileno()] = w
+    import select
+    while busy:
+        ready, _, _ = select.select(list(busy), [], [])
+        for fd in ready:
+            w = busy.pop(fd)
+            line = w.process.stdout.readline()
+            if line:
+                result = json.loads(line)
+            else:  # the worker itself died: record it, start another
+                result = {**w.task, "success": False, "error": "the grading worker died", "flags": ["crashed"],
+                          "feedback": False}
+                w.close()
+                w = Worker(root, timeout)
+            result["problems"] = staged_problems[(result["student"], result["assignment"])]
+            results.append(result)
+            progress.step()
+            if queue:
+                student, assignment = queue.pop(0)
+                w.send({"student": student, "assignment": assignment})
+                busy[w.process.stdout.fileno()] = w
+            else:
+                w.close()
+    for w in pool:
+        w.close()
+    subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "export", f"--to={csv_path}"], cwd=root,
+                   check=False, capture_output=True)
+    summarize(root, results, csv_path, out)
+    return results
+
+
+def _register(root, pairs):
+    """Add every student to the gradebook once, before workers write to it side by side."""
+    from nbgrader.api import Gradebook
+    config = course_config(root)
+    with Gradebook(config.CourseDirectory.db_url, config.CourseDirectory.course_id) as gradebook:
+        for student in sorted({student for student, _ in pairs}):
+            gradebook.update_or_create_student(student)
+
+
+def summarize(root, results, csv_path, out):
+    from nbgrader.api import Gradebook
+    config = course_config(root)
+    scores = {}
+    with Gradebook(config.CourseDirectory.db_url, config.CourseDirectory.course_id) as gradebook:
+        for r in results:
+            try:
+                submission = gradebook.find_submission(r["assignment"], r["student"])
+                scores[(r["student"], r["assignment"])] = (submission.score, submission.max_score)
+            except Exception:
+                scores[(r["student"], r["assignment"])] = (None, None)
+    print(f"\nGraded {sum(r['success'] for r in results)} of {len(results)} submissions.", file=out)
+    print("\nPer assignment:", file=out)
+    for assignment in sorted({r["assignment"] for r in results}):
+        got = [scores[(r["student"], assignment)] for r in results if r["assignment"] == assignment]
+        valid = [s for s, m in got if s is not None]
+        maximum = next((m for s, m in got if m), 0)
+        mean = sum(valid) / len(valid) if valid else 0.0
+        print(f"  {assignment:28s} {len(valid):4d} graded   mean {mean:5.1f} / {maximum:g}", file=out)
+    print("\nPer student:", file=out)
+    for student in sorted({r["student"] for r in results}):
+        mine = [scores[(student, r["assignment"])] for r in results if r["student"] == student]
+        total = sum(s for s, _ in mine if s is not None)
+        maximum = sum(m for _, m in mine if m)
+        print(f"  {student:28s} {total:6.1f} / {maximum:g}", file=out)
+    flagged = [r for r in results if r["flags"] or r["problems"] or not r["success"]]
+    print(f"\nFlagged: {len(flagged)}", file=out)
+    for r in flagged:
+        what = r["flags"] + (["unreadable"] if r["problems"] else []) + ([] if r["success"] else ["not graded"])
+        detail = "; ".join(r["problems"]) or (r["error"].strip().splitlines() or [""])[-1]
+        print(f"  {r['student']} / {r['assignment']}: {', '.join(what)}" + (f" ({detail})" if detail else ""),
+              file=out)
+    print(f"\nGrades: {csv_path}   Feedback: feedback/<student>/<assignment>/", file=out)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="course.py grade", description=__doc__.splitlines()[0])
+    parser.add_argument("assignments", nargs="*", help="assignments to grade (default: all submitted)")
+    parser.add_argument("--student", action="append", help="grade only these students (repeatable)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="parallel workers (default: cores)")
+    parser.add_argument("--timeout", type=int, help="seconds a cell may run (default: nbgrader_config.py)")
+    parser.add_argument("--csv", default="grades.csv", help="where to export the grades (default: grades.csv)")
+    parser.add_argument("--root", default=os.getcwd(), help=argparse.SUPPRESS)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        return worker(args.worker, args.timeout)
+    results = grade_class(args.root, args.assignments or None, args.student, args.workers, args.csv, args.timeout)
+    return 0 if all(r["success"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

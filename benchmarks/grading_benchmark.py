@@ -1,0 +1,222 @@
+"""Grade one synthetic class two ways and compare: plain nbgrader against the course's class grader.
+
+Plain nbgrader is `nbgrader autograde STEP` (then `nbgrader generate_feedback STEP`) with COURSE_EXECUTOR=kernel:
+one Jupyter kernel per notebook, one notebook at a time. The class grader is `python -m attention_course.grading`
+(`course.py grade`): warm forked sandboxed executors, parallel workers, feedback included. Both run in identical
+copies of a generated course, on the same submissions drawn from the submission bank (tests/bank/).
+
+    .venv/bin/python benchmarks/grading_benchmark.py --students 4 --steps 01_dot_product_scores 02_softmax
+    .venv/bin/python benchmarks/grading_benchmark.py                      # 40 students, all steps
+    .venv/bin/python benchmarks/grading_benchmark.py --plain-sample 5     # plain nbgrader on 5 students only
+"""
+import argparse
+import io
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+import harness  # noqa: E402
+from attention_course import grading  # noqa: E402
+from conftest import STEPS  # noqa: E402
+
+# These only wait for the cell timeout, which would measure the timeout rather than the grader.
+SKIPPED = ("infinite_loop", "unstoppable")
+
+
+def log(message):
+    print(message, file=sys.stderr, flush=True)
+
+
+def mix_names(step):
+    """Bank variants that plain nbgrader may run and that score the same every time, sorted."""
+    return sorted(name for name, spec in harness.bank(step).items()
+                  if not spec.get("stock_hole") and not spec.get("at_most")
+                  and not any(word in name for word in SKIPPED))
+
+
+def make_class(num_students, steps):
+    """{(student, step): (variant name, kind)}: even students hand in the answer key, odd ones cycle the bank."""
+    answers = {}
+    for i in range(num_students):
+        student = f"student_{i:03d}"
+        for step_index, step in enumerate(steps):
+            if i % 2 == 0:
+                answers[(student, step)] = ("answer_key", "correct")
+            else:
+                names = mix_names(step)
+                name = names[(i * 7 + step_index) % len(names)]
+                answers[(student, step)] = (name, harness.bank(step)[name]["kind"])
+    return answers
+
+
+def submit_class(course_dir, answers, students):
+    for (student, step), (name, _) in answers.items():
+        if student in students:
+            spec = {"cells": {}} if name == "answer_key" else harness.bank(step)[name]
+            harness.submit(course_dir, student, step, harness.variant_submission(step, spec))
+
+
+def timed(fn, *args, **kwargs):
+    started = time.perf_counter()
+    result = fn(*args, **kwargs)
+    return result, time.perf_counter() - started
+
+
+def scores_or_none(course_dir, step, student):
+    """Per-cell scores, or None where the gradebook has no graded notebook for this submission."""
+    try:
+        return harness.cell_scores(course_dir, step, student)
+    except Exception:
+        return None
+
+
+def grade_plain(course_dir, steps):
+    """One `nbgrader autograde` per step, then one `generate_feedback` per step; return both times and failures."""
+    os.environ["COURSE_EXECUTOR"] = "kernel"
+    try:
+        failures = []
+        autograde_seconds = feedback_seconds = 0.0
+        for step in steps:
+            log(f"  plain nbgrader autograde {step}")
+            result, seconds = timed(harness.nbgrader, course_dir, "autograde", step, "--force", check=False)
+            autograde_seconds += seconds
+            if result.returncode != 0:
+                failures.append(f"autograde {step} exited {result.returncode}")
+        for step in steps:
+            result, seconds = timed(harness.nbgrader, course_dir, "generate_feedback", step, "--force", check=False)
+            feedback_seconds += seconds
+            if result.returncode != 0:
+                failures.append(f"generate_feedback {step} exited {result.returncode}")
+        return autograde_seconds, feedback_seconds, failures
+    finally:
+        del os.environ["COURSE_EXECUTOR"]
+
+
+def summary_lines(output, course_dir):
+    """The class grader's warnings, count and flagged submissions, with the temporary path taken out."""
+    lines, flagged = [], False
+    for line in output.splitlines():
+        flagged = line.startswith("Flagged") or (flagged and line.startswith("  "))
+        if flagged or line.startswith(("WARNING", "Graded ")):
+            lines.append(line.replace(str(course_dir), "<course>"))
+    return lines
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--students", type=int, default=40)
+    parser.add_argument("--steps", nargs="+", default=STEPS, choices=STEPS)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--plain-sample", type=int, default=0,
+                        help="plain nbgrader grades only the first K students; its time is extrapolated (0: all)")
+    parser.add_argument("--keep", help="keep the course copies in this folder (base/, plain/, fast/)")
+    args = parser.parse_args()
+
+    steps = [step for step in STEPS if step in args.steps]
+    answers = make_class(args.students, steps)
+    students = sorted({student for student, _ in answers})
+    sampled = students[:args.plain_sample] if 0 < args.plain_sample < len(students) else students
+    cores = os.cpu_count() or 1
+    fast_cores = min(args.workers, cores)
+    kinds = Counter(kind for _, kind in answers.values())
+
+    print(f"Grading benchmark: {len(students)} students x {len(steps)} steps = {len(answers)} notebooks, "
+          f"{cores} cores")
+    print(f"  steps: {' '.join(steps)}")
+    print("  class: even students hand in the answer key, odd ones a bank variant (stock_hole and at_most variants "
+          "left out)")
+    print(f"  left out as well: variants named *{'*, *'.join(SKIPPED)}* (they only wait for the cell timeout)")
+    print(f"  mix: {', '.join(f'{kinds[k]} {k}' for k in ('correct', 'mistake', 'cheat', 'broken'))}")
+    print(f"  plain nbgrader: COURSE_EXECUTOR=kernel, one `nbgrader autograde` per step, then "
+          f"`nbgrader generate_feedback` per step; serial (1 core)")
+    print(f"  fast grader: python -m attention_course.grading, all steps at once, {args.workers} workers; "
+          f"its time includes feedback")
+    print(flush=True)
+
+    work = Path(args.keep).resolve() if args.keep else Path(tempfile.mkdtemp(prefix="grading_benchmark_"))
+    try:
+        log("building the course (generate_assignment for every step, about a minute)")
+        base = harness.make_course(work / "base")
+        plain_dir, fast_dir = work / "plain", work / "fast"
+        for course_dir in (plain_dir, fast_dir):
+            shutil.copytree(base, course_dir)
+        # The sample is the whole plain class: the students outside it are never submitted there.
+        submit_class(plain_dir, answers, set(sampled))
+        submit_class(fast_dir, answers, set(students))
+
+        log(f"plain nbgrader: {len(sampled) * len(steps)} notebooks")
+        autograde_seconds, feedback_seconds, plain_failures = grade_plain(plain_dir, steps)
+        log(f"fast grader: {len(answers)} notebooks, {args.workers} workers")
+        output, fast_seconds = timed(harness.grade_class, fast_dir, *steps, workers=args.workers)
+
+        log("comparing grades")
+        same, different = 0, []
+        for student in sampled:
+            for step in steps:
+                plain, fast = scores_or_none(plain_dir, step, student), scores_or_none(fast_dir, step, student)
+                if plain == fast:
+                    same += 1
+                else:
+                    different.append((student, step, answers[(student, step)][0], plain, fast))
+
+        # Where the fast grader's time goes: its own report of seconds per notebook, from one worker on a subset.
+        log("fast grader, 1 worker, on a subset")
+        subset = students[:2]
+        results, subset_seconds = timed(grading.grade_class, fast_dir, steps, subset, workers=1,
+                                        timeout=10, out=io.StringIO())
+        notebook_seconds = [result["seconds"] for result in results]
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+    total = len(answers)
+    plain_count = len(sampled) * len(steps)
+    scale = total / plain_count  # linear: also scales nbgrader's per-command start, so slightly pessimistic
+    extrapolated = scale != 1
+    mark = "*" if extrapolated else ""
+    rows = [
+        (f"plain nbgrader, autograde{mark}", total, autograde_seconds * scale, 1),
+        (f"plain nbgrader, autograde + feedback{mark}", total, (autograde_seconds + feedback_seconds) * scale, 1),
+        (f"fast grader, {args.workers} workers (incl. feedback)", total, fast_seconds, fast_cores),
+    ]
+    print(f"{'path':44s} {'notebooks':>9s} {'wall s':>8s} {'nb/s':>7s} {'cores':>5s} {'nb/s/core':>9s}")
+    for name, count, seconds, used in rows:
+        print(f"{name:44s} {count:9d} {seconds:8.1f} {count / seconds:7.2f} {used:5d} {count / seconds / used:9.3f}")
+    if extrapolated:
+        print(f"* extrapolated linearly from plain nbgrader on the first {len(sampled)} students = {plain_count} "
+              f"notebooks (measured {autograde_seconds:.1f} s autograde, {feedback_seconds:.1f} s feedback)")
+    print()
+    print(f"plain / fast: {autograde_seconds * scale / fast_seconds:.1f}x (autograde only), "
+          f"{(autograde_seconds + feedback_seconds) * scale / fast_seconds:.1f}x (autograde + feedback)")
+    per_notebook = sum(notebook_seconds) / len(notebook_seconds)
+    print(f"fast grader, 1 worker, {len(notebook_seconds)} notebooks: {subset_seconds:.1f} s = "
+          f"{sum(notebook_seconds):.1f} s grading ({per_notebook:.2f} s per notebook, autograde + feedback, "
+          f"slowest {max(notebook_seconds):.2f} s) + {subset_seconds - sum(notebook_seconds):.1f} s fixed "
+          f"(staging, worker start and executor warm-up, csv export)")
+    print(f"plain nbgrader: {(autograde_seconds + feedback_seconds) / plain_count:.2f} s per notebook "
+          f"(autograde + feedback, {len(steps)} command starts of each included)")
+    print()
+    print(f"grades identical: {'yes' if not different else 'no'} ({same} of {same + len(different)} "
+          f"submissions graded both ways)")
+    for student, step, name, plain, fast in different[:10]:
+        print(f"  {student} {step} ({name}):")
+        print(f"    plain: {plain if plain is not None else 'not graded'}")
+        print(f"    fast:  {fast if fast is not None else 'not graded'}")
+    if len(different) > 10:
+        print(f"  ... and {len(different) - 10} more")
+    for failure in plain_failures:
+        print(f"plain nbgrader: {failure}")
+    for line in summary_lines(output, fast_dir):
+        print(f"fast grader: {line.strip()}")
+    if args.keep:
+        print(f"course copies kept in {args.keep}")
+
+
+if __name__ == "__main__":
+    main()
