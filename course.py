@@ -50,9 +50,9 @@ def make_course_copy(target):
     return target
 
 
-def generate_release(course_dir):
-    """Run nbgrader generate_assignment for every step inside course_dir; return its release/ folder."""
-    for step in steps():
+def generate_release(course_dir, only=None):
+    """Run nbgrader generate_assignment for every step (or the steps in `only`) inside course_dir; return release/."""
+    for step in only or steps():
         subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", step, "--force", "--log-level=WARN"],
                        cwd=course_dir, check=True)
     return Path(course_dir) / "release"

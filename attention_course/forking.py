@@ -343,7 +343,7 @@ def _child(request, channel, resource, plt, guard, shell, DisplayHook, DisplayPu
             pass
 
     shell.display_pub = Publisher(shell=shell, parent=shell)
-    shell.displayhook = Hook(shell=shell, cache_size=shell.cache_size, parent=shell)
+    shell.displayhook = shell.display_trap.hook = Hook(shell=shell, cache_size=shell.cache_size, parent=shell)
 
     def show_traceback(etype, evalue, stb):
         outputs.append({"output_type": "error", "ename": getattr(etype, "__name__", str(etype)),

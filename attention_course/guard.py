@@ -59,7 +59,6 @@ def _label(owner):
 class Guard:
     def __init__(self, shell):
         self.shell = shell
-        self.restored = []
 
     def snapshot(self):
         self.dicts = [(m, dict(vars(m))) for m in _MODULES]
@@ -125,15 +124,11 @@ class Guard:
         changed = self.changes()
         if changed:
             self.restore()
-            self.restored = changed
-            self.shell.user_ns["_guard_notice"] = changed
+            print(f"{TAMPER_MARK} before these tests, the grader put back what earlier cells replaced: "
+                  + ", ".join(changed[:8]))
 
     def check_after_tests(self):
         """Appended to every cell with hidden tests: fails it if the code under test replaced what checks use."""
-        earlier, self.restored = self.restored, []
-        if earlier:
-            print(f"{TAMPER_MARK} before these tests, the grader put back what earlier cells replaced: "
-                  + ", ".join(earlier[:8]))
         changed = self.changes()
         if changed:
             self.restore()

@@ -98,14 +98,20 @@ def grade_plain(course_dir, steps):
         del os.environ["COURSE_EXECUTOR"]
 
 
-def summary_lines(output, course_dir):
-    """The class grader's warnings, count and flagged submissions, with the temporary path taken out."""
-    lines, flagged = [], False
-    for line in output.splitlines():
-        flagged = line.startswith("Flagged") or (flagged and line.startswith("  "))
-        if flagged or line.startswith(("WARNING", "Graded ")):
-            lines.append(line.replace(str(course_dir), "<course>"))
-    return lines
+def summary_lines(output, course_dir, most=10):
+    """The class grader's warnings, count and first flagged submissions, with the temporary path taken out."""
+    lines = output.splitlines()
+    kept = [line for line in lines if line.startswith(("WARNING", "Graded "))]
+    start = next((i for i, line in enumerate(lines) if line.startswith("Flagged")), len(lines))
+    flagged = []
+    for line in lines[start + 1:]:
+        if not line.startswith("  "):
+            break
+        flagged.append(line)
+    kept += lines[start:start + 1] + flagged[:most]
+    if len(flagged) > most:
+        kept.append(f"  ... and {len(flagged) - most} more")
+    return [line.replace(str(course_dir), "<course>") for line in kept]
 
 
 def main():
@@ -133,10 +139,12 @@ def main():
           "left out)")
     print(f"  left out as well: variants named *{'*, *'.join(SKIPPED)}* (they only wait for the cell timeout)")
     print(f"  mix: {', '.join(f'{kinds[k]} {k}' for k in ('correct', 'mistake', 'cheat', 'broken'))}")
-    print(f"  plain nbgrader: COURSE_EXECUTOR=kernel, one `nbgrader autograde` per step, then "
-          f"`nbgrader generate_feedback` per step; serial (1 core)")
+    print("  plain nbgrader: COURSE_EXECUTOR=kernel, one `nbgrader autograde` per step, then "
+          "`nbgrader generate_feedback` per step; serial (1 core)")
     print(f"  fast grader: python -m attention_course.grading, all steps at once, {args.workers} workers; "
           f"its time includes feedback")
+    # Other work on the machine slows both paths; the load average shows whether it was quiet.
+    print(f"  load average at start: {os.getloadavg()[0]:.1f}")
     print(flush=True)
 
     work = Path(args.keep).resolve() if args.keep else Path(tempfile.mkdtemp(prefix="grading_benchmark_"))
@@ -185,6 +193,7 @@ def main():
         (f"plain nbgrader, autograde + feedback{mark}", total, (autograde_seconds + feedback_seconds) * scale, 1),
         (f"fast grader, {args.workers} workers (incl. feedback)", total, fast_seconds, fast_cores),
     ]
+    print(f"load average at end: {os.getloadavg()[0]:.1f}")
     print(f"{'path':44s} {'notebooks':>9s} {'wall s':>8s} {'nb/s':>7s} {'cores':>5s} {'nb/s/core':>9s}")
     for name, count, seconds, used in rows:
         print(f"{name:44s} {count:9d} {seconds:8.1f} {count / seconds:7.2f} {used:5d} {count / seconds / used:9.3f}")

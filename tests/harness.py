@@ -26,11 +26,11 @@ def nbgrader(course_dir, *args, check=True, env=None):
     return result
 
 
-def make_course(target):
-    """A course copy in `target` with every assignment generated and registered in its own gradebook."""
+def make_course(target, steps=None):
+    """A course copy in `target` with every assignment (or `steps`) generated and registered in its own gradebook."""
     Path(target).mkdir(parents=True, exist_ok=True)
     course.make_course_copy(target)
-    course.generate_release(target)
+    course.generate_release(target, steps)
     return Path(target)
 
 

@@ -1,0 +1,136 @@
+"""The course's forking executor and grading guard, one behaviour at a time (attention_course/forking.py, guard.py).
+
+These run notebooks straight through the executor, without nbgrader; tests/test_grading.py runs it inside nbgrader.
+"""
+import sqlite3
+import warnings
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+import harness
+from attention_course import forking
+from conftest import ROOT
+
+
+def run(*sources, timeout=10, memory_limit=1 << 30, sandbox=True):
+    nb = new_notebook(cells=[new_code_cell(source) for source in sources])
+    forking.ForkingExecute(timeout=timeout, memory_limit=memory_limit, sandbox=sandbox).preprocess(nb, {})
+    return [cell.outputs for cell in nb.cells], forking.EVENTS[-1]
+
+
+def text(outputs):
+    return "".join(o.get("text", "") + o.get("evalue", "") for o in outputs)
+
+
+def test_cells_run_in_order_with_outputs_results_and_errors():
+    outputs, event = run("x = 2\nprint('x is', x)", "x * 21", "1 / 0", "print(x + 1)")
+    assert text(outputs[0]) == "x is 2\n"
+    assert outputs[1][0]["output_type"] == "execute_result" and outputs[1][0]["data"]["text/plain"] == "42"
+    assert outputs[2][0]["ename"] == "ZeroDivisionError"
+    assert text(outputs[3]) == "3\n" and event["flags"] == []
+
+
+def test_each_notebook_gets_a_fresh_process():
+    run("leftover = 1")
+    outputs, _ = run("print('leftover' in globals())")
+    assert text(outputs[0]) == "False\n"
+
+
+def test_a_cell_that_runs_too_long_is_interrupted_and_the_next_cells_still_run():
+    outputs, event = run("while True:\n    pass", "print('after')", timeout=2)
+    assert outputs[0][-1]["ename"] == "CellTimeoutError" and text(outputs[1]) == "after\n"
+    assert event["flags"] == ["timed out"]
+
+
+def test_a_loop_that_swallows_the_interrupt_is_killed_and_later_cells_say_why():
+    outputs, event = run("import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True:\n    pass",
+                         "print('never')", timeout=1)
+    assert outputs[0][0]["ename"] == "DeadKernelError" and "could not be interrupted" in outputs[0][0]["evalue"]
+    assert "ended in an earlier cell" in outputs[1][0]["evalue"] and event["flags"] == ["crashed"]
+
+
+def test_os_exit_ends_only_that_notebook():
+    outputs, event = run("print('before')", "import os\nos._exit(3)", "print('after')")
+    assert text(outputs[0]) == "before\n" and "exited with code 3" in outputs[1][0]["evalue"]
+    assert event["flags"] == ["crashed"]
+    assert text(run("print('next notebook')")[0][0]) == "next notebook\n"
+
+
+def test_memory_limit_turns_a_huge_allocation_into_an_error():
+    outputs, event = run("import torch\nx = torch.ones(3 << 30, dtype=torch.uint8)", "print('still here')")
+    assert outputs[0][0]["output_type"] == "error" and text(outputs[1]) == "still here\n"
+    assert event["flags"] == ["out of memory"]
+
+
+def test_output_floods_are_cut():
+    outputs, _ = run("for _ in range(100_000):\n    print('spam ' * 40)")
+    assert len(text(outputs[0])) < 1.1 * forking.OUTPUT_LIMIT and "truncated" in text(outputs[0])
+
+
+def test_student_code_sees_no_course_file_and_cannot_write_outside_its_scratch():
+    outputs, _ = run(f"import os\nprint(sorted(os.listdir({str(ROOT)!r})))",
+                     f"open({str(ROOT / 'source' / 'pwned.txt')!r}, 'w')", "open('scratch.txt', 'w').write('ok')")
+    assert text(outputs[0]) == "['.venv', 'attention_course']\n"  # only the environment and the package, read-only
+    assert outputs[1][0]["output_type"] == "error" and not (ROOT / "source" / "pwned.txt").exists()
+    assert outputs[2][0]["data"]["text/plain"] == "2"
+
+
+def test_without_sandbox_the_executor_warns_loudly(monkeypatch):
+    monkeypatch.setattr(forking, "_ZYGOTE", None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outputs, event = run("print('unsandboxed')", sandbox=False)
+    assert text(outputs[0]) == "unsandboxed\n" and event["sandboxed"] is False
+    assert any(issubclass(w.category, forking.SandboxUnavailable) for w in caught)
+    forking._ZYGOTE.close()
+    monkeypatch.setattr(forking, "_ZYGOTE", None)
+
+
+@pytest.mark.parametrize("cheat", [
+    "torch.allclose = lambda *a, **k: True",
+    "import attention_course.checks as c\nc.fail = lambda *a, **k: None",
+    "expect = lambda *a, **k: None",
+    "get_ipython().set_custom_exc((BaseException,), lambda *a, **k: None)",
+    "get_ipython().showtraceback = lambda *a, **k: None",
+])
+def test_the_guard_restores_what_a_student_cell_replaced_before_hidden_tests(cheat):
+    setup = "import torch\nfrom attention_course.checks import expect, fail"
+    test = ("### BEGIN HIDDEN TESTS\n"
+            "expect(not torch.allclose(torch.zeros(2), torch.ones(2)), 'zeros are not ones')\n"
+            "fail('a failing check', 1, 2)\n"
+            "### END HIDDEN TESTS")
+    outputs, event = run(setup, cheat, test)
+    assert outputs[2][-1]["ename"] == "CheckFailed" and "a failing check" in outputs[2][-1]["evalue"]
+    assert "grading guard" in text(outputs[2]) and event["flags"] == ["tampered"]
+
+
+def test_the_guard_fails_a_test_cell_during_which_the_code_under_test_patched_the_checks():
+    student = "def solve(x):\n    import torch\n    torch.allclose = lambda *a, **k: True\n    return x"
+    test = "### BEGIN HIDDEN TESTS\nsolve(1)\n### END HIDDEN TESTS"
+    outputs, _ = run("import torch", student, test)
+    assert outputs[2][-1]["ename"] == "GuardError" and "torch.allclose" in outputs[2][-1]["evalue"]
+
+
+def test_concurrent_workers_on_one_sqlite_gradebook_lose_and_duplicate_no_grade(tmp_path):
+    step = "01_dot_product_scores"
+    course_dir = harness.make_course(tmp_path / "course", steps=[step])
+    students = [f"student_{i:02d}" for i in range(12)]
+    for i, student in enumerate(students):
+        nb = harness.variant_notebook(step, {}) if i % 2 else nbformat.read(
+            ROOT / "release" / step / f"{step}.ipynb", as_version=4)
+        harness.submit(course_dir, student, step, nb)
+    harness.grade_class(course_dir, step, workers=2)
+    full = sum(harness.autograded_cells(step).values())
+    for i, student in enumerate(students):
+        assert sum(harness.cell_scores(course_dir, step, student).values()) == (full if i % 2 else 0.0)
+    with sqlite3.connect(course_dir / "gradebook.db") as db:
+        grades = dict(db.execute(
+            "SELECT student.id, COUNT(grade.id) FROM grade "
+            "JOIN submitted_notebook ON grade.notebook_id = submitted_notebook.id "
+            "JOIN submitted_assignment ON submitted_notebook.assignment_id = submitted_assignment.id "
+            "JOIN student ON submitted_assignment.student_id = student.id GROUP BY student.id").fetchall())
+        (cells,), = db.execute("SELECT COUNT(*) FROM grade_cells").fetchall()
+        (submissions,), = db.execute("SELECT COUNT(*) FROM submitted_assignment").fetchall()
+    assert grades == {student: cells for student in students} and submissions == len(students)
