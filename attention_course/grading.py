@@ -80,8 +80,30 @@ def stage(root, student, assignment):
 # worker: one process, one warm executor, many submissions
 # ---------------------------------------------------------------------------------------------------------------
 
+def reuse_database_connections():
+    """nbgrader opens the gradebook several times per notebook, each time creating an engine and checking every
+    table. A worker grades many notebooks against one gradebook: create the engine and check the tables once."""
+    import nbgrader.api
+    engines, checked = {}, set()
+    create_engine, create_all = nbgrader.api.create_engine, nbgrader.api.Base.metadata.create_all
+
+    def cached_engine(url, **kwargs):
+        if url not in engines:
+            engines[url] = create_engine(url, **kwargs)
+        return engines[url]
+
+    def create_all_once(bind=None, **kwargs):
+        if bind not in checked:
+            create_all(bind=bind, **kwargs)
+            checked.add(bind)
+
+    nbgrader.api.create_engine = cached_engine
+    nbgrader.api.Base.metadata.create_all = create_all_once
+
+
 def worker(root, timeout=None):
     os.chdir(root)
+    reuse_database_connections()
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
 
