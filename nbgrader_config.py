@@ -3,10 +3,10 @@ import os
 
 from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
 from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, Execute, GetGrades,
-                                    IgnorePattern, LimitOutput, OverwriteCells, OverwriteKernelspec, SaveAutoGrades)
+                                    IgnorePattern, LimitOutput, OverwriteKernelspec, SaveAutoGrades)
 
 from attention_course.forking import ForkingExecute
-from attention_course.sanitize import DropDuplicateIds
+from attention_course.sanitize import DropDuplicateIds, RestoreCells
 
 from attention_course.feedback import HideHiddenTests
 
@@ -22,8 +22,9 @@ c.CourseDirectory.db_url = "sqlite:///" + os.path.join(c.CourseDirectory.root, "
 c.GenerateAssignment.create_assignment = True
 c.Autograde.create_student = True
 
-# A copied test cell (two cells, one grade id) is graded once instead of stopping autograde (nbgrader issue 1083).
-c.Autograde.sanitize_preprocessors = [ClearOutput, DropDuplicateIds, OverwriteKernelspec, OverwriteCells,
+# A copied or deleted test cell is graded once, as the instructor wrote it, instead of stopping autograde for that
+# student (nbgrader issue 1083; attention_course/sanitize.py).
+c.Autograde.sanitize_preprocessors = [ClearOutput, DropDuplicateIds, OverwriteKernelspec, RestoreCells,
                                       CheckCellMetadata]
 
 # Autograde runs each submission in a fresh fork of a warm, sandboxed process (attention_course/forking.py):
