@@ -168,8 +168,8 @@ class ForkingExecute(NbGraderPreprocessor):
         if unreadable:
             for cell in code_cells:
                 cell.outputs = [_error_output("SubmissionError", unreadable)]
-            EVENTS.append({"notebook": resources.get("unique_key"), "flags": ["unreadable"], "seconds": 0.0,
-                           "sandboxed": None})
+            EVENTS.append({"student": resources.get("nbgrader", {}).get("student"), "flags": ["unreadable"],
+                           "seconds": 0.0, "sandboxed": None})
             return nb, resources
         end = {"end": "hung"}
         for message in zygote(self.sandbox, self.log).run([c.source for c in code_cells], self.timeout,
@@ -199,7 +199,7 @@ class ForkingExecute(NbGraderPreprocessor):
                     flags.add("out of memory")
                 if "grading guard:" in text:
                     flags.add("tampered")
-        EVENTS.append({"notebook": resources.get("unique_key"), "flags": sorted(flags),
+        EVENTS.append({"student": resources.get("nbgrader", {}).get("student"), "flags": sorted(flags),
                        "seconds": time.perf_counter() - started,
                        "sandboxed": _ZYGOTE is not None and _ZYGOTE.sandboxed})
         return nb, resources

@@ -28,12 +28,16 @@ def course_config(root):
     return PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
 
 
-def find_submissions(root, assignments=None, students=None):
-    """(student, assignment) pairs found in submitted/, sorted."""
+def find_submissions(root, assignments=None, students=None, shard=None):
+    """(student, assignment) pairs found in submitted/, sorted; with shard (k, n), only the k-th of n shares of the
+    students, so that n machines sharing one gradebook grade a class between them."""
+    import zlib
     pairs = []
     submitted = Path(root) / "submitted"
     for student_dir in sorted(p for p in submitted.iterdir() if p.is_dir()) if submitted.is_dir() else []:
         if students and student_dir.name not in students:
+            continue
+        if shard and zlib.crc32(student_dir.name.encode()) % shard[1] != shard[0] - 1:
             continue
         for assignment_dir in sorted(p for p in student_dir.iterdir() if p.is_dir()):
             if assignments and assignment_dir.name not in assignments:
@@ -101,7 +105,10 @@ def reuse_database_connections():
     nbgrader.api.Base.metadata.create_all = create_all_once
 
 
-def worker(root, timeout=None):
+def worker(root, timeout=None, feedback=True):
+    """Grade batches of one assignment's submissions: one nbgrader converter per batch, one warm executor for all."""
+    import re
+
     os.chdir(root)
     reuse_database_connections()
     from nbgrader.apps import NbGraderAPI
@@ -117,26 +124,31 @@ def worker(root, timeout=None):
     api = NbGraderAPI(coursedir=coursedir, config=config)
     forking.zygote(sandbox=config.ForkingExecute.get("sandbox", True))  # warm up before the first submission
     print(json.dumps({"ready": True, "sandboxed": forking._ZYGOTE.sandboxed}), flush=True)
+    everyone = {p.name for p in (Path(root) / STAGING / "submitted").iterdir()}
     for line in sys.stdin:
         task = json.loads(line)
-        started = time.perf_counter()
+        assignment, batch = task["assignment"], task["students"]
         before = len(forking.EVENTS)
-        result = api.autograde(task["assignment"], task["student"], force=True, create=True)
-        feedback = api.generate_feedback(task["assignment"], task["student"]) if result["success"] else None
-        events = forking.EVENTS[before:]
-        print(json.dumps({
-            **task, "success": result["success"], "error": (result.get("error") or "")[-2000:],
-            "feedback": bool(feedback and feedback["success"]),
-            "flags": sorted({flag for event in events for flag in event["flags"]}),
-            "seconds": time.perf_counter() - started,
-        }), flush=True)
+        coursedir.student_id_exclude = ",".join(sorted(everyone - set(batch)))
+        graded = api.autograde(assignment, "*", force=True, create=True)
+        made = api.generate_feedback(assignment, "*") if feedback else {"success": False, "log": ""}
+        failed = set(re.findall(r"error processing assignment '[^']*' for student '([^']*)'", graded["log"]))
+        unfed = set(re.findall(r"for student '([^']*)'", made.get("log", ""))) if not made["success"] else set()
+        flags = {}
+        for event in forking.EVENTS[before:]:
+            flags.setdefault(event["student"], set()).update(event["flags"])
+        print(json.dumps({"assignment": assignment, "results": [
+            {"student": student, "assignment": assignment, "success": student not in failed,
+             "error": graded["log"][-2000:] if student in failed else "",
+             "feedback": feedback and student not in failed and (made["success"] or student not in unfed),
+             "flags": sorted(flags.get(student, ()))} for student in batch]}), flush=True)
 
 
 class Worker:
-    def __init__(self, root, timeout=None):
+    def __init__(self, root, timeout=None, feedback=True):
         command = [sys.executable, "-m", "attention_course.grading", "--worker", str(root)]
-        self.process = subprocess.Popen(command + (["--timeout", str(timeout)] if timeout else []),
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        command += (["--timeout", str(timeout)] if timeout else []) + ([] if feedback else ["--no-feedback"])
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         self.ready = json.loads(self.process.stdout.readline() or '{"ready": false}')
         self.task = None
 
@@ -160,8 +172,8 @@ class Progress:
         self.tty = stream.isatty()
         self.shown = -1
 
-    def step(self):
-        self.done += 1
+    def step(self, count=1):
+        self.done += count
         elapsed = time.monotonic() - self.started
         rate = self.done / elapsed if elapsed else 0.0
         left = (self.total - self.done) / rate if rate else 0.0
@@ -176,46 +188,55 @@ class Progress:
             print(line, file=self.stream, flush=True)
 
 
-def grade_class(root, assignments=None, students=None, workers=2, csv_path="grades.csv", timeout=None,
-                out=sys.stdout):
-    """Autograde and generate feedback for every submission found; return the list of per-submission results."""
-    root = Path(root).resolve()
-    pairs = find_submissions(root, assignments, students)
-    staged_problems = {}
+def batches(pairs, workers):
+    """Submissions grouped by assignment, in batches small enough to keep every worker busy to the end."""
+    by_assignment = {}
     for student, assignment in pairs:
-        staged_problems[(student, assignment)] = stage(root, student, assignment)
+        by_assignment.setdefault(assignment, []).append(student)
+    size = max(1, min(8, len(pairs) // (4 * workers)))
+    return [{"assignment": assignment, "students": students[i:i + size]}
+            for assignment, students in sorted(by_assignment.items()) for i in range(0, len(students), size)]
+
+
+def grade_class(root, assignments=None, students=None, workers=2, csv_path="grades.csv", timeout=None,
+                feedback=True, shard=None, out=sys.stdout):
+    """Autograde and generate feedback for every submission found; return the list of per-submission results."""
+    import select
+
+    root = Path(root).resolve()
+    pairs = find_submissions(root, assignments, students, shard)
+    staged_problems = {pair: stage(root, *pair) for pair in pairs}
     _register(root, pairs)
-    results, queue = [], list(pairs)
+    results, queue = [], batches(pairs, workers)
     progress = Progress(len(pairs))
-    pool = [Worker(root, timeout) for _ in range(max(1, min(workers, len(pairs))))]
+    pool = [Worker(root, timeout, feedback) for _ in range(max(1, min(workers, len(queue))))]
     if any(not w.ready.get("sandboxed") for w in pool):
         print("WARNING: student code runs WITHOUT a sandbox (bubblewrap missing or not working): it can read "
               "the solutions and write the gradebook. Install Debian's bubblewrap.", file=out)
     busy = {}
     for w in pool:
         if queue:
-            student, assignment = queue.pop(0)
-            w.send({"student": student, "assignment": assignment})
+            w.send(queue.pop(0))
             busy[w.process.stdout.fileno()] = w
-    import select
     while busy:
         ready, _, _ = select.select(list(busy), [], [])
         for fd in ready:
             w = busy.pop(fd)
             line = w.process.stdout.readline()
             if line:
-                result = json.loads(line)
-            else:  # the worker itself died: record it, start another
-                result = {**w.task, "success": False, "error": "the grading worker died", "flags": ["crashed"],
-                          "feedback": False}
+                done = json.loads(line)["results"]
+            else:  # the worker itself died: record its batch, start another worker
+                done = [{"student": student, "assignment": w.task["assignment"], "success": False,
+                         "error": "the grading worker died", "flags": ["crashed"], "feedback": False}
+                        for student in w.task["students"]]
                 w.close()
-                w = Worker(root, timeout)
-            result["problems"] = staged_problems[(result["student"], result["assignment"])]
-            results.append(result)
-            progress.step()
+                w = Worker(root, timeout, feedback)
+            for result in done:
+                result["problems"] = staged_problems[(result["student"], result["assignment"])]
+            results += done
+            progress.step(len(done))
             if queue:
-                student, assignment = queue.pop(0)
-                w.send({"student": student, "assignment": assignment})
+                w.send(queue.pop(0))
                 busy[w.process.stdout.fileno()] = w
             else:
                 w.close()
@@ -268,7 +289,8 @@ def summarize(root, results, csv_path, out):
         detail = "; ".join(r["problems"]) or (r["error"].strip().splitlines() or [""])[-1]
         print(f"  {r['student']} / {r['assignment']}: {', '.join(what)}" + (f" ({detail})" if detail else ""),
               file=out)
-    print(f"\nGrades: {csv_path}   Feedback: feedback/<student>/<assignment>/", file=out)
+    print(f"\nGrades: {csv_path}" + ("   Feedback: feedback/<student>/<assignment>/"
+                                     if any(r.get("feedback") for r in results) else ""), file=out)
 
 
 def main(argv=None):
@@ -277,13 +299,18 @@ def main(argv=None):
     parser.add_argument("--student", action="append", help="grade only these students (repeatable)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="parallel workers (default: cores)")
     parser.add_argument("--timeout", type=int, help="seconds a cell may run (default: nbgrader_config.py)")
+    parser.add_argument("--shard", help="K/N: grade only the K-th of N shares of the students (several machines, "
+                                          "one gradebook)")
+    parser.add_argument("--no-feedback", dest="feedback", action="store_false", help="skip generate_feedback")
     parser.add_argument("--csv", default="grades.csv", help="where to export the grades (default: grades.csv)")
     parser.add_argument("--root", default=os.getcwd(), help=argparse.SUPPRESS)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        return worker(args.worker, args.timeout)
-    results = grade_class(args.root, args.assignments or None, args.student, args.workers, args.csv, args.timeout)
+        return worker(args.worker, args.timeout, args.feedback)
+    shard = tuple(int(part) for part in args.shard.split("/")) if args.shard else None
+    results = grade_class(args.root, args.assignments or None, args.student, args.workers, args.csv, args.timeout,
+                          args.feedback, shard)
     return 0 if all(r["success"] for r in results) else 1
 
 
