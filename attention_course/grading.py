@@ -128,20 +128,23 @@ def worker(root, timeout=None, feedback=True):
     for line in sys.stdin:
         task = json.loads(line)
         assignment, batch = task["assignment"], task["students"]
-        before = len(forking.EVENTS)
+        before, started = len(forking.EVENTS), time.perf_counter()
         coursedir.student_id_exclude = ",".join(sorted(everyone - set(batch)))
         graded = api.autograde(assignment, "*", force=True, create=True)
         made = api.generate_feedback(assignment, "*") if feedback else {"success": False, "log": ""}
         failed = set(re.findall(r"error processing assignment '[^']*' for student '([^']*)'", graded["log"]))
         unfed = set(re.findall(r"for student '([^']*)'", made.get("log", ""))) if not made["success"] else set()
-        flags = {}
+        flags, executed = {}, {}
         for event in forking.EVENTS[before:]:
             flags.setdefault(event["student"], set()).update(event["flags"])
+            executed[event["student"]] = executed.get(event["student"], 0.0) + event["seconds"]
+        share = (time.perf_counter() - started) / len(batch)
         print(json.dumps({"assignment": assignment, "results": [
             {"student": student, "assignment": assignment, "success": student not in failed,
              "error": graded["log"][-2000:] if student in failed else "",
              "feedback": feedback and student not in failed and (made["success"] or student not in unfed),
-             "flags": sorted(flags.get(student, ()))} for student in batch]}), flush=True)
+             "flags": sorted(flags.get(student, ())), "seconds": share,
+             "executor_seconds": executed.get(student, 0.0)} for student in batch]}), flush=True)
 
 
 class Worker:
