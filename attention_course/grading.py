@@ -288,7 +288,8 @@ def summarize(root, results, csv_path, out):
     flagged = [r for r in results if r["flags"] or r["problems"] or not r["success"]]
     print(f"\nFlagged: {len(flagged)}", file=out)
     for r in flagged:
-        what = r["flags"] + (["unreadable"] if r["problems"] else []) + ([] if r["success"] else ["not graded"])
+        what = sorted(set(r["flags"] + (["unreadable"] if r["problems"] else []) + ([] if r["success"] else
+                                                                                    ["not graded"])))
         detail = "; ".join(r["problems"]) or (r["error"].strip().splitlines() or [""])[-1]
         print(f"  {r['student']} / {r['assignment']}: {', '.join(what)}" + (f" ({detail})" if detail else ""),
               file=out)
