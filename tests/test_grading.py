@@ -8,7 +8,6 @@ gives the same scores as the course's forking executor.
 """
 import csv
 import hashlib
-import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
