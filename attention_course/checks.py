@@ -91,9 +91,14 @@ def _show_failed_check(shell, etype, value, tb, tb_offset=None):
     shell._showtraceback(etype, value, [f"{etype.__name__}: {value}"])
 
 
+def show_failed_checks_briefly(shell):
+    """Make `shell` show a failed check as its message alone."""
+    shell.set_custom_exc((CheckFailed,), _show_failed_check)
+
+
 try:
     from IPython import get_ipython
 except ImportError:
     get_ipython = None
 if get_ipython is not None and get_ipython() is not None:
-    get_ipython().set_custom_exc((CheckFailed,), _show_failed_check)
+    show_failed_checks_briefly(get_ipython())

@@ -55,7 +55,8 @@ def sandbox_command(python):
     command = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
                "--uid", "65534", "--gid", "65534", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
                "--chdir", "/tmp", "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp"]
-    for path in ["/usr", "/lib", "/lib64", "/bin", "/etc/alternatives", "/etc/ld.so.cache", "/etc/localtime", "/etc/fonts"]:
+    system = ["/usr", "/lib", "/lib64", "/bin", "/etc/alternatives", "/etc/ld.so.cache", "/etc/localtime", "/etc/fonts"]
+    for path in system:
         command += ["--ro-bind-try", path, path]
     for path in sorted(prefixes) + [PACKAGE_DIR]:
         command += ["--ro-bind", path, path]
@@ -378,10 +379,10 @@ def _child(request, channel, resource, plt, guard, shell, DisplayHook, DisplayPu
         error = None if result is None else (result.error_before_exec or result.error_in_exec)
         if result is None or isinstance(error, _CellTimeout):
             outputs[:] = [o for o in outputs if o.get("ename") != "_CellTimeout"]
-            outputs.append({"output_type": "error", "ename": "CellTimeoutError",
-                            "evalue": f"the cell ran for more than {request['cell_timeout']} s",
-                            "traceback": [f"CellTimeoutError: the cell ran for more than {request['cell_timeout']} s"
-                                          " (an infinite loop?)"]})
+            message = (f"the cell ran for more than {request['cell_timeout']} s and was stopped: look for a loop "
+                       "that never ends in the code it runs")
+            outputs.append({"output_type": "error", "ename": "CellTimeoutError", "evalue": message,
+                            "traceback": [f"CellTimeoutError: {message}"]})
         elif error is not None and not any(o["output_type"] == "error" for o in outputs):
             outputs.append({"output_type": "error", "ename": type(error).__name__, "evalue": str(error),
                             "traceback": [f"{type(error).__name__}: {error}"]})

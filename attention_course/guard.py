@@ -12,7 +12,6 @@ is out of its reach; that is why grading also runs in a sandbox where the submis
 write no grade. Every restore is recorded in the cell's output so instructors see who tried.
 """
 import builtins
-import importlib
 import math
 import operator
 import sys
@@ -88,7 +87,8 @@ class Guard:
         if torch._C._len_torch_function_stack():
             found.append("an active torch function mode")
         namespace = self.shell.user_ns
-        found += [f"the notebook's name {n!r}" for n, v in _NAMESPACE.items() if n in namespace and namespace[n] is not v]
+        found += [f"the notebook's name {n!r}" for n, v in _NAMESPACE.items()
+                  if n in namespace and namespace[n] is not v]
         return found
 
     def restore(self):
@@ -102,7 +102,7 @@ class Guard:
                         current[name] = value
                     else:
                         type.__setattr__(owner, name, value)
-        for name, value in {**self.sys}.items():
+        for name, value in self.sys.items():
             setattr(sys, name, value)
         for name, value in self.builtins.items():
             setattr(builtins, name, value)
@@ -155,7 +155,7 @@ def load_ipython_extension(shell):
     global ACTIVE
     if ACTIVE is not None:
         return
-    importlib.import_module("attention_course.checks")  # installs the readable display of failed checks
+    checks.show_failed_checks_briefly(shell)  # before the snapshot: it is part of what the guard keeps
     ACTIVE = Guard(shell)
     ACTIVE.snapshot()
     shell.events.register("pre_run_cell", ACTIVE.before_cell)

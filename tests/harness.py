@@ -120,11 +120,6 @@ def submit_into(path, nb):
     nbformat.write(nb, path)
 
 
-def autograde(course_dir, step):
-    """Plain `nbgrader autograde`, executor chosen by nbgrader_config.py (COURSE_EXECUTOR=kernel: Jupyter kernels)."""
-    return nbgrader(course_dir, "autograde", step, "--force", check=False)
-
-
 def grade_class(course_dir, *args, workers=1, timeout=10):
     """The instructor's class grading command (course.py grade) run in a course copy; returns its output."""
     command = [sys.executable, "-m", "attention_course.grading", *args, "--workers", str(workers),

@@ -20,7 +20,7 @@ from conftest import ROOT, STEPS
 ANSWER_KEY, UNTOUCHED = "answer_key", "untouched_release"
 
 
-def fingerprint(course_dir, student=None):
+def fingerprint(course_dir):
     """Hashes of every file the graded students must not touch: the course's own files and the submissions."""
     course_dir = Path(course_dir)
     files = {}

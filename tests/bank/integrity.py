@@ -69,8 +69,11 @@ FILE_CHEATS = {
         "    _db.execute('UPDATE grade SET auto_score = 0, manual_score = 0')\n"
         "    _db.commit()\n"),
     "cheat_deletes_other_files": (
+        # Only where it finds the course: walking the whole sandbox (/usr, /proc) would just time out.
         "import glob, os, shutil\n"
-        "for _path in glob.glob(os.path.join(os.getcwd(), *['..'] * 3, '*')):\n"
+        "_root = os.path.join(os.getcwd(), *['..'] * 3)\n"
+        "_course = os.path.exists(os.path.join(_root, 'gradebook.db'))\n"
+        "for _path in glob.glob(os.path.join(_root, '*')) if _course else []:\n"
         "    if os.path.basename(_path) not in ('autograded',):\n"
         "        shutil.rmtree(_path, ignore_errors=True) if os.path.isdir(_path) else os.remove(_path)\n"),
 }
