@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 VENV_PYTHON = VENV / "bin" / "python"
-SETUP_FILES = [ROOT / "requirements.txt", ROOT / "pyproject.toml"]
+SETUP_FILES = [ROOT / "requirements.txt", ROOT / "pyproject.toml", ROOT / "grader" / "pyproject.toml"]
 SOLUTION_MARKER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
 
 
@@ -143,7 +143,7 @@ def main(argv):
         options = argv[1:] or ["-n", "2", "--dist", "loadscope"]
         return subprocess.call([sys.executable, "-m", "pytest", *options])
     if command == "grade":
-        from attention_course.grading import main as grade
+        from attention_grader.grading import main as grade
         return grade(argv[1:])
     build(lessons="--lessons" in argv)
     return 0

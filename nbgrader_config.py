@@ -5,10 +5,10 @@ from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPrep
 from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, Execute, GetGrades,
                                     IgnorePattern, LimitOutput, OverwriteKernelspec, SaveAutoGrades)
 
-from attention_course.forking import ForkingExecute
-from attention_course.sanitize import DropDuplicateIds, RestoreCells
-
-from attention_course.feedback import HideHiddenTests
+from attention_grader.feedback import HideHiddenTests
+from attention_grader.forking import ForkingExecute
+from attention_grader.judging import JudgeCells, PlanHiddenChecks
+from attention_grader.sanitize import DropDuplicateIds, RestoreCells
 
 c = get_config()  # noqa: F821  (provided by traitlets when nbgrader loads this file)
 
@@ -23,18 +23,19 @@ c.GenerateAssignment.create_assignment = True
 c.Autograde.create_student = True
 
 # A copied or deleted test cell is graded once, as the instructor wrote it, instead of stopping autograde for that
-# student (nbgrader issue 1083; attention_course/sanitize.py).
+# student (nbgrader issue 1083; attention_grader/sanitize.py).
 c.Autograde.sanitize_preprocessors = [ClearOutput, DropDuplicateIds, OverwriteKernelspec, RestoreCells,
                                       CheckCellMetadata]
 
-# Autograde runs each submission in a fresh fork of a warm, sandboxed process (attention_course/forking.py):
-# milliseconds instead of a kernel start per notebook, and student code sees no solution, gradebook or other
-# submission. COURSE_EXECUTOR=kernel switches back to nbgrader's own Execute (one Jupyter kernel per notebook,
-# unsandboxed), which the tests use as the reference. Both load the grading guard (attention_course/guard.py).
+# Grading: the kernel runs the student's code and probes it; the grader decides (attention_grader/judging.py).
+# PlanHiddenChecks turns each test cell's hidden region into a probe call carrying this student's hidden inputs
+# (drawn from the instructor's secret); the notebook runs in a fresh fork of a warm, sandboxed process
+# (attention_grader/forking.py), or with COURSE_EXECUTOR=kernel in nbgrader's own Execute (one Jupyter kernel per
+# notebook, unsandboxed), which the tests use as the reference; JudgeCells compares the probes' records with the
+# answer key outside the kernel and writes each test cell's verdict as its outputs, which SaveAutoGrades scores.
 _execute = Execute if os.environ.get("COURSE_EXECUTOR") == "kernel" else ForkingExecute
-c.Autograde.autograde_preprocessors = [_execute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
-                                       AssignLatePenalties, CheckCellMetadata]
-c.Execute.extra_arguments = ["--IPKernelApp.extensions=['attention_course.guard']"]
+c.Autograde.autograde_preprocessors = [PlanHiddenChecks, _execute, JudgeCells, IgnorePattern, ClearMetadataPreprocessor,
+                                       LimitOutput, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
 c.ForkingExecute.timeout = c.Execute.timeout = 60
 
 # The first cell imports torch: allow for a slow, cold machine; still stops an infinite loop.
@@ -56,7 +57,7 @@ c.IgnorePattern.pattern = r"^(?:(?!Traceback)[\s\S])*Warning"
 # A grade cell the student deleted is put back and graded, instead of waiting for manual grading.
 c.OverwriteCells.add_missing_cells = True
 
-# Feedback shows what failed and why, never the hidden tests (see attention_course/feedback.py).
+# Feedback shows what failed and why, never the hidden checks (see attention_grader/feedback.py).
 c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, CSSHTMLHeaderPreprocessor]
 
 # Assignments go out and come back through an exchange folder inside the course (git-ignored); on a shared

@@ -2,8 +2,10 @@
 
 VARIANTS = {
     # ---------------------------------------------------------------- correct
-    "functional_softmax": {
-        "kind": "correct",
+    # The exercise says "write softmax yourself": judged from the source, outside the kernel.
+    "uses_torch_softmax": {
+        "kind": "mistake",
+        "fails": {"test_softmax_naive": "write softmax yourself", "test_softmax_stable": "write softmax yourself"},
         "cells": {
             "softmax_naive":
                 "import torch.nn.functional as F\n\n\n"

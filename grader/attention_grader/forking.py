@@ -4,12 +4,12 @@ Starting a Jupyter kernel and importing torch takes seconds per notebook; forkin
 them takes milliseconds. `ForkingExecute` replaces nbgrader's `Execute` step (see nbgrader_config.py), so sanitising,
 restoring test cells, scoring, the gradebook, feedback and formgrader stay nbgrader's own.
 
-    nbgrader process ── ForkingExecute ──pipes──> zygote (bubblewrap sandbox: torch, IPython, course package)
+    nbgrader process ── ForkingExecute ──pipes──> zygote (bubblewrap sandbox: torch, IPython, student package)
                                                     └─ fork per notebook: cells in order in an IPython shell,
                                                        outputs and errors sent back cell by cell
 
-The zygote sees the Python environment and the course package, read-only, and nothing else of the course: no
-source/, no solutions, no gradebook, no other submission. It has no network and writes only to its own /tmp.
+The zygote sees the Python environment, the student package and this file, read-only, and nothing else of the
+course: no source/, no solutions, no judges, no gradebook, no other submission. It has no network and writes only to its own /tmp.
 Each child also runs under a memory limit and a per-cell timeout; a crash or os._exit ends that child only.
 Without bubblewrap the executor still works, and warns loudly that student code runs unsandboxed.
 """
@@ -33,7 +33,8 @@ try:  # only the nbgrader side needs nbgrader; the zygote does not import it
 except ImportError:  # pragma: no cover
     NbGraderPreprocessor = object
 
-PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+THIS_FILE = os.path.abspath(__file__)
+SANDBOXED_FILE = "/grader/forking.py"  # where the zygote sees this file, alone
 OUTPUT_LIMIT = 1_000_000  # characters of text output kept per cell; LimitOutput trims further
 EVENTS = []  # one record per executed notebook, read by the class grader
 
@@ -46,8 +47,14 @@ class SandboxUnavailable(RuntimeWarning):
 # nbgrader side
 # ---------------------------------------------------------------------------------------------------------------
 
+def student_package_dir():
+    import importlib.util
+    return importlib.util.find_spec("attention_course").submodule_search_locations[0]
+
+
 def sandbox_command(python):
-    """bubblewrap arguments that run `python` with the environment and the package visible, read-only."""
+    """bubblewrap arguments that run `python` with the environment, the student package and this file visible,
+    read-only."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return None
@@ -58,9 +65,9 @@ def sandbox_command(python):
     system = ["/usr", "/lib", "/lib64", "/bin", "/etc/alternatives", "/etc/ld.so.cache", "/etc/localtime", "/etc/fonts"]
     for path in system:
         command += ["--ro-bind-try", path, path]
-    for path in sorted(prefixes) + [PACKAGE_DIR]:
+    for path in sorted(prefixes) + [student_package_dir()]:
         command += ["--ro-bind", path, path]
-    return command
+    return command + ["--ro-bind", THIS_FILE, SANDBOXED_FILE]
 
 
 class Zygote:
@@ -75,7 +82,7 @@ class Zygote:
         if self.sandboxed:
             for name, value in env.items():
                 command += ["--setenv", name, value]
-            argv = command + [python, "-m", "attention_course.forking", "serve"]
+            argv = command + [python, SANDBOXED_FILE, "serve"]
             env = None
         else:
             message = ("grading WITHOUT a sandbox: student code can read and write everything this user can "
@@ -83,7 +90,7 @@ class Zygote:
             warnings.warn(message, SandboxUnavailable, stacklevel=2)
             if log is not None:
                 log.warning(message)
-            argv = [python, "-m", "attention_course.forking", "serve"]
+            argv = [python, THIS_FILE, "serve"]
             env = {**os.environ, **env, "MPLCONFIGDIR": os.path.join(os.environ.get("TMPDIR", "/tmp"), "mpl-grader")}
         self.buffer = b""
         self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
@@ -198,8 +205,6 @@ class ForkingExecute(NbGraderPreprocessor):
                     flags.add("timed out")
                 if output.get("ename") == "MemoryError" or "DefaultCPUAllocator" in text:
                     flags.add("out of memory")
-                if "grading guard:" in text:
-                    flags.add("tampered")
         EVENTS.append({"student": resources.get("nbgrader", {}).get("student"), "flags": sorted(flags),
                        "seconds": time.perf_counter() - started,
                        "sandboxed": _ZYGOTE is not None and _ZYGOTE.sandboxed})
@@ -231,7 +236,7 @@ def _serve():
     import attention_course.checks  # noqa: F401
     import attention_course.data  # noqa: F401
     import attention_course.plots  # noqa: F401
-    from attention_course import guard
+    import attention_course.probe  # noqa: F401
 
     from traitlets.config import Config
     config = Config()
@@ -250,7 +255,7 @@ def _serve():
         if pid == 0:
             os.close(read_end)
             try:
-                _child(request, os.fdopen(write_end, "wb"), resource, plt, guard, shell, DisplayHook, DisplayPublisher)
+                _child(request, os.fdopen(write_end, "wb"), resource, plt, shell, DisplayHook, DisplayPublisher)
             finally:
                 os._exit(0)
         os.close(write_end)
@@ -298,7 +303,7 @@ def _virtual_memory():
     return 0
 
 
-def _child(request, channel, resource, plt, guard, shell, DisplayHook, DisplayPublisher):
+def _child(request, channel, resource, plt, shell, DisplayHook, DisplayPublisher):
     import tempfile
     os.setpgid(0, 0)
     os.chdir(tempfile.mkdtemp(prefix="notebook-"))
@@ -352,7 +357,6 @@ def _child(request, channel, resource, plt, guard, shell, DisplayHook, DisplayPu
 
     shell._showtraceback = show_traceback
     sys.stdout, sys.stderr = Stream("stdout"), Stream("stderr")
-    guard.load_ipython_extension(shell)
 
     def on_alarm(signum, frame):
         raise _CellTimeout()

@@ -2,8 +2,8 @@
 
 nbgrader stays the engine: every submission goes through nbgrader's own autograde (sanitise, restore the test cells,
 execute, score, gradebook) and generate_feedback, in worker processes that each keep one warm, sandboxed executor
-(attention_course/forking.py). The parent hands out submissions, shows progress, and at the end prints a summary,
-flags what crashed, timed out, ran out of memory, tampered or could not be read, and exports grades.csv.
+(attention_grader/forking.py). The parent hands out submissions, shows progress, and at the end prints a summary,
+flags what crashed, timed out, ran out of memory, left bad records or could not be read, and exports grades.csv.
 
 One bad submission never stops the others: a notebook that is not valid JSON, or missing, is graded as its
 assignment's release with a note saying why (so it scores zero for a reason the student can read, instead of being
@@ -114,7 +114,7 @@ def worker(root, timeout=None, feedback=True):
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
 
-    from attention_course import forking
+    from attention_grader import forking, judging
 
     config = course_config(root)
     config.CourseDirectory.submitted_directory = os.path.join(STAGING, "submitted")
@@ -128,16 +128,16 @@ def worker(root, timeout=None, feedback=True):
     for line in sys.stdin:
         task = json.loads(line)
         assignment, batch = task["assignment"], task["students"]
-        before, started = len(forking.EVENTS), time.perf_counter()
+        before, judged, started = len(forking.EVENTS), len(judging.EVENTS), time.perf_counter()
         coursedir.student_id_exclude = ",".join(sorted(everyone - set(batch)))
         graded = api.autograde(assignment, "*", force=True, create=True)
         made = api.generate_feedback(assignment, "*") if feedback else {"success": False, "log": ""}
         failed = set(re.findall(r"error processing assignment '[^']*' for student '([^']*)'", graded["log"]))
         unfed = set(re.findall(r"for student '([^']*)'", made.get("log", ""))) if not made["success"] else set()
         flags, executed = {}, {}
-        for event in forking.EVENTS[before:]:
+        for event in forking.EVENTS[before:] + judging.EVENTS[judged:]:
             flags.setdefault(event["student"], set()).update(event["flags"])
-            executed[event["student"]] = executed.get(event["student"], 0.0) + event["seconds"]
+            executed[event["student"]] = executed.get(event["student"], 0.0) + event.get("seconds", 0.0)
         share = (time.perf_counter() - started) / len(batch)
         print(json.dumps({"assignment": assignment, "results": [
             {"student": student, "assignment": assignment, "success": student not in failed,
@@ -149,7 +149,7 @@ def worker(root, timeout=None, feedback=True):
 
 class Worker:
     def __init__(self, root, timeout=None, feedback=True):
-        command = [sys.executable, "-m", "attention_course.grading", "--worker", str(root)]
+        command = [sys.executable, "-m", "attention_grader.grading", "--worker", str(root)]
         command += (["--timeout", str(timeout)] if timeout else []) + ([] if feedback else ["--no-feedback"])
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         self.ready = json.loads(self.process.stdout.readline() or '{"ready": false}')

@@ -1,0 +1,204 @@
+"""Probes: the half of a hidden test that runs in the student's notebook.
+
+A probe decides nothing. It receives a plan (plain data: inputs and the calls to make on them), calls the student's
+functions and classes, and publishes what came back as data: tensors, numbers, exception types and messages,
+parameter names and shapes. The grader, in a process that never runs student code, compares these records with the
+reference on the same inputs and decides every check (the judges live on the instructor's side only).
+
+A plan is a list of checks; a check is a list of operations on named registers:
+
+    {"set": "x", "value": V}                          x = V
+    {"call": V, "args": [V, ...], "kwargs": {...}, "set": "y", "grad": False}
+                                                      y = V(*args, **kwargs)  (under torch.no_grad unless grad)
+    {"seed": 123}                                     torch.manual_seed(123)
+    {"load": V, "state": {"name": V, ...}}            V.load_state_dict(state, strict=False), recorded
+    {"record": V, "as": "value" | "parameters" | "buffers" | "state" | "grads" | "type"}
+
+and a value V is JSON (numbers, strings, booleans, null) or one of {"tensor": ...}, {"ref": "x"}, {"global": "Name"},
+{"attr": [V, "name"]}, {"item": [V, i]}, {"list": [V, ...]}, {"tuple": [V, ...]}, {"generator": seed},
+{"dtype": "float32"}. An exception stops that check and is recorded with its type and message.
+"""
+import base64
+import math
+
+import numpy
+import torch
+
+RECORDS_MIME = "application/vnd.attention-course.records+json"
+BEGIN_MIME = "application/vnd.attention-course.begin+json"
+MAX_DEPTH, MAX_ITEMS, MAX_TEXT = 3, 64, 500
+
+_NUMPY = {"float64": numpy.float64, "uint8": numpy.uint8, "int64": numpy.int64}
+
+
+class PlanError(ValueError):
+    """A plan or a record that does not follow the format above."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# values <-> data
+# ---------------------------------------------------------------------------------------------------------------
+
+def encode_tensor(tensor):
+    """A tensor as data: its dtype name, shape, and values (float64, uint8 for bool, or int64) in base64."""
+    tensor = tensor.detach().cpu()
+    if tensor.is_complex():
+        raise PlanError("complex tensors are not recorded")
+    storage = "float64" if tensor.is_floating_point() else "uint8" if tensor.dtype == torch.bool else "int64"
+    values = tensor.to(getattr(torch, storage)).contiguous().numpy()
+    return {"dtype": str(tensor.dtype).removeprefix("torch."), "shape": list(tensor.shape), "storage": storage,
+            "data": base64.b64encode(values.tobytes()).decode()}
+
+
+def decode_tensor(spec, float_dtype=None, limit=1 << 24):
+    """The tensor of `encode_tensor`'s data; checks every field, so that malformed data raises PlanError."""
+    if not isinstance(spec, dict) or set(spec) != {"dtype", "shape", "storage", "data"}:
+        raise PlanError("a tensor record needs exactly dtype, shape, storage and data")
+    shape, storage, dtype = spec["shape"], spec["storage"], spec["dtype"]
+    if (not isinstance(shape, list) or len(shape) > 8 or
+            not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= limit for n in shape)):
+        raise PlanError(f"a tensor record has an invalid shape: {str(shape)[:80]}")
+    if storage not in _NUMPY or not isinstance(dtype, str) or not isinstance(getattr(torch, dtype, None),
+                                                                               torch.dtype):
+        raise PlanError(f"a tensor record has an invalid dtype: {str(dtype)[:40]} / {str(storage)[:40]}")
+    count = math.prod(shape)
+    if count > limit or not isinstance(spec["data"], str) or len(spec["data"]) > 4 * (count * 8 + 3) // 3 + 4:
+        raise PlanError("a tensor record is larger than its shape says")
+    try:
+        raw = base64.b64decode(spec["data"], validate=True)
+    except ValueError:
+        raise PlanError("a tensor record's data is not base64") from None
+    if len(raw) != count * numpy.dtype(_NUMPY[storage]).itemsize:
+        raise PlanError("a tensor record's data does not match its shape")
+    tensor = torch.from_numpy(numpy.frombuffer(raw, dtype=_NUMPY[storage]).copy()).reshape(shape)
+    if storage == "float64":
+        return tensor.to(float_dtype or getattr(torch, dtype)) if getattr(torch, dtype).is_floating_point else tensor
+    return tensor.to(getattr(torch, dtype))
+
+
+def encode(value, depth=0):
+    """What came back from student code, as data."""
+    if isinstance(value, torch.Tensor):
+        return {"tensor": encode_tensor(value)}
+    if value is None or isinstance(value, bool):
+        return {"const": value}
+    if isinstance(value, int):
+        return {"int": str(value)[:MAX_TEXT]}
+    if isinstance(value, float):
+        return {"float": repr(value)}
+    if isinstance(value, str):
+        return {"str": value[:MAX_TEXT]}
+    if isinstance(value, (list, tuple)) and depth < MAX_DEPTH:
+        return {type(value).__name__ if type(value) in (list, tuple) else "list":
+                [encode(item, depth + 1) for item in list(value)[:MAX_ITEMS]]}
+    if isinstance(value, torch.nn.Module):
+        return {"module": type(value).__name__[:MAX_TEXT]}
+    return {"object": type(value).__name__[:MAX_TEXT]}
+
+
+def _raised(error):
+    return {"raised": type(error).__name__[:MAX_TEXT], "message": str(error)[:MAX_TEXT]}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# running a plan
+# ---------------------------------------------------------------------------------------------------------------
+
+class Interpreter:
+    """Runs the checks of a plan against a namespace: the notebook's globals, or (in the grader) the reference's.
+
+    With `float_dtype=torch.float64` (the grader's reference runs) float inputs and modules become double precision.
+    """
+
+    def __init__(self, namespace, float_dtype=None):
+        self.namespace, self.float_dtype = namespace, float_dtype
+
+    def value(self, spec, registers):
+        if not isinstance(spec, dict):
+            if isinstance(spec, list):
+                raise PlanError("a list value must be written {\"list\": [...]}")
+            return spec
+        (kind, body), = spec.items()
+        if kind == "tensor":
+            return decode_tensor(body, self.float_dtype)
+        if kind == "ref":
+            return registers[body]
+        if kind == "global":
+            if body not in self.namespace:
+                raise NameError(f"name '{body}' is not defined")
+            return self.namespace[body]
+        if kind == "attr":
+            return getattr(self.value(body[0], registers), body[1])
+        if kind == "item":
+            return self.value(body[0], registers)[body[1]]
+        if kind in ("list", "tuple"):
+            items = [self.value(item, registers) for item in body]
+            return items if kind == "list" else tuple(items)
+        if kind == "generator":
+            return torch.Generator().manual_seed(body)
+        if kind == "dtype":
+            return getattr(torch, body)
+        raise PlanError(f"unknown value kind {kind!r}")
+
+    def record(self, value, kind):
+        if kind == "value":
+            return encode(value)
+        if kind == "type":
+            return {"type": type(value).__name__, "module": isinstance(value, torch.nn.Module)}
+        if kind == "parameters":
+            return {"parameters": [[name, list(p.shape), bool(p.requires_grad)] for name, p in
+                                   list(value.named_parameters())[:MAX_ITEMS]]}
+        if kind == "buffers":
+            persistent = set(value.state_dict())
+            return {"buffers": [[name, list(b.shape), name in persistent] for name, b in
+                                list(value.named_buffers())[:MAX_ITEMS]]}
+        if kind == "state":
+            return {"state": {name: encode_tensor(t) for name, t in list(value.state_dict().items())[:MAX_ITEMS]}}
+        if kind == "grads":
+            return {"grads": {name: None if p.grad is None else encode_tensor(p.grad)
+                              for name, p in list(value.named_parameters())[:MAX_ITEMS]}}
+        raise PlanError(f"unknown record kind {kind!r}")
+
+    def run_check(self, operations):
+        """The records of one check: one per `record` or `load`, then one `raised` if an operation failed."""
+        registers, records = {}, []
+        try:
+            for op in operations:
+                if "set" in op and "call" not in op:
+                    registers[op["set"]] = self.value(op["value"], registers)
+                elif "call" in op:
+                    function = self.value(op["call"], registers)
+                    args = [self.value(a, registers) for a in op.get("args", [])]
+                    kwargs = {k: self.value(v, registers) for k, v in op.get("kwargs", {}).items()}
+                    with torch.enable_grad() if op.get("grad") else torch.no_grad():
+                        result = function(*args, **kwargs)
+                    if self.float_dtype is not None and isinstance(result, torch.nn.Module):
+                        result = result.to(self.float_dtype)
+                    registers[op.get("set", "_")] = result
+                elif "seed" in op:
+                    torch.manual_seed(op["seed"])
+                elif "load" in op:
+                    module = self.value(op["load"], registers)
+                    state = {name: self.value(v, registers) for name, v in op["state"].items()}
+                    missing, unexpected = module.load_state_dict(state, strict=False)
+                    records.append({"loaded": {"missing": sorted(missing)[:MAX_ITEMS],
+                                               "unexpected": sorted(unexpected)[:MAX_ITEMS]}})
+                elif "record" in op:
+                    records.append(self.record(self.value(op["record"], registers), op.get("as", "value")))
+                else:
+                    raise PlanError(f"unknown operation {sorted(op)}")
+        except PlanError:
+            raise
+        except Exception as error:  # the student's code failed: that is a record too
+            records.append(_raised(error))
+        return records
+
+
+def run(namespace, cell, plan):
+    """Run one test cell's hidden checks in the notebook and publish the records (called by the graded copy only)."""
+    from IPython.display import publish_display_data
+
+    publish_display_data({BEGIN_MIME: {"cell": cell}})
+    interpreter = Interpreter(namespace)
+    records = [interpreter.run_check(check) for check in plan]
+    publish_display_data({RECORDS_MIME: {"cell": cell, "records": records}})
