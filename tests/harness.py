@@ -161,14 +161,18 @@ def feedback_text(course_dir, step, student):
     return html.unescape(re.sub(r"<[^>]+>", "", page))
 
 
+def bank_module(step):
+    if str(ROOT / "tests") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tests"))
+    return importlib.import_module(f"bank.{step}")
+
+
 def bank(step, integrity=True):
     """The submission bank of a step: VARIANTS of tests/bank/<step>.py, plus the cheating and broken submissions
     of tests/bank/integrity.py built for that step ({} when the step has no bank file)."""
     if not (ROOT / "tests" / "bank" / f"{step}.py").exists():
         return {}
-    if str(ROOT / "tests") not in sys.path:
-        sys.path.insert(0, str(ROOT / "tests"))
-    variants = dict(importlib.import_module(f"bank.{step}").VARIANTS)
+    variants = dict(bank_module(step).VARIANTS)
     if integrity:
         variants.update(importlib.import_module("bank.integrity").variants(step))
     return variants

@@ -1,4 +1,4 @@
-"""The course's forking executor and grading guard, one behaviour at a time (attention_course/forking.py, guard.py).
+"""The course's forking executor, one behaviour at a time (attention_grader/forking.py).
 
 These run notebooks straight through the executor, without nbgrader; tests/test_grading.py runs it inside nbgrader.
 """
@@ -10,7 +10,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 import harness
-from attention_course import forking
+from attention_grader import forking
 from conftest import ROOT
 
 
@@ -86,31 +86,6 @@ def test_without_sandbox_the_executor_warns_loudly(monkeypatch):
     assert any(issubclass(w.category, forking.SandboxUnavailable) for w in caught)
     forking._ZYGOTE.close()
     monkeypatch.setattr(forking, "_ZYGOTE", None)
-
-
-@pytest.mark.parametrize("cheat", [
-    "torch.allclose = lambda *a, **k: True",
-    "import attention_course.checks as c\nc.fail = lambda *a, **k: None",
-    "expect = lambda *a, **k: None",
-    "get_ipython().set_custom_exc((BaseException,), lambda *a, **k: None)",
-    "get_ipython().showtraceback = lambda *a, **k: None",
-])
-def test_the_guard_restores_what_a_student_cell_replaced_before_hidden_tests(cheat):
-    setup = "import torch\nfrom attention_course.checks import expect, fail"
-    test = ("### BEGIN HIDDEN TESTS\n"
-            "expect(not torch.allclose(torch.zeros(2), torch.ones(2)), 'zeros are not ones')\n"
-            "fail('a failing check', 1, 2)\n"
-            "### END HIDDEN TESTS")
-    outputs, event = run(setup, cheat, test)
-    assert outputs[2][-1]["ename"] == "CheckFailed" and "a failing check" in outputs[2][-1]["evalue"]
-    assert "grading guard" in text(outputs[2]) and event["flags"] == ["tampered"]
-
-
-def test_the_guard_fails_a_test_cell_during_which_the_code_under_test_patched_the_checks():
-    student = "def solve(x):\n    import torch\n    torch.allclose = lambda *a, **k: True\n    return x"
-    test = "### BEGIN HIDDEN TESTS\nsolve(1)\n### END HIDDEN TESTS"
-    outputs, _ = run("import torch", student, test)
-    assert outputs[2][-1]["ename"] == "GuardError" and "torch.allclose" in outputs[2][-1]["evalue"]
 
 
 def test_concurrent_workers_on_one_sqlite_gradebook_lose_and_duplicate_no_grade(tmp_path):

@@ -237,6 +237,10 @@ def _serve():
     import attention_course.data  # noqa: F401
     import attention_course.plots  # noqa: F401
     import attention_course.probe  # noqa: F401
+    import ctypes
+    # Not dumpable, and so are the children forked from it: a notebook cannot open /proc/<pid>/mem or the
+    # descriptors under /proc/<pid>/fd of the zygote or of another notebook.
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
 
     from traitlets.config import Config
     config = Config()
@@ -259,16 +263,40 @@ def _serve():
             finally:
                 os._exit(0)
         os.close(write_end)
-        _relay(pid, os.fdopen(read_end, "rb"), out, request["cell_timeout"])
+        _relay(pid, os.fdopen(read_end, "rb"), out, request["cell_timeout"], len(request["sources"]))
 
 
-def _relay(pid, messages, out, cell_timeout):
-    """Forward the child's messages; kill it if a cell overruns its timeout by far (a loop that catches everything)."""
+def _kill(pid):
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _parse(line, cells):
+    """A child's message, checked: {"cell": i, "outputs": [...]} or {"end": "ok"}; None when malformed."""
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return None
+    if message == {"end": "ok"}:
+        return message
+    if (not isinstance(message, dict) or set(message) != {"cell", "outputs"} or type(message["cell"]) is not int
+            or not 0 <= message["cell"] < cells or not isinstance(message["outputs"], list)
+            or not all(isinstance(o, dict) and o.get("output_type") in ("stream", "display_data", "execute_result",
+                                                                         "error") for o in message["outputs"])):
+        return None
+    return message
+
+
+def _relay(pid, messages, out, cell_timeout, len_sources):
+    """Forward the child's messages; kill it if a cell overruns its timeout by far (a loop that catches everything)
+    or if it sends anything but well-formed messages."""
     end, buffer = None, b""
     while end is None:
         ready, _, _ = select.select([messages], [], [], cell_timeout + 10)
         if not ready:
-            os.killpg(pid, signal.SIGKILL)
+            _kill(pid)
             end = {"end": "killed", "detail": f"a cell ran for more than {cell_timeout} s and could not be "
                                               "interrupted, so the notebook's process was stopped"}
             break
@@ -278,11 +306,17 @@ def _relay(pid, messages, out, cell_timeout):
         buffer += chunk
         *lines, buffer = buffer.split(b"\n")
         for line in lines:
-            message = json.loads(line)
+            message = _parse(line, len_sources)
+            if message is None:
+                _kill(pid)
+                end = {"end": "died", "detail": "the notebook's process sent a malformed message to the grader"}
+                break
             if "end" in message:
                 end = message
             else:
-                out.write(line + b"\n")
+                out.write(json.dumps(message).encode() + b"\n")
+        if end is not None:
+            break
     messages.close()
     _, status = os.waitpid(pid, 0)
     if end is None:
@@ -306,6 +340,11 @@ def _virtual_memory():
 def _child(request, channel, resource, plt, shell, DisplayHook, DisplayPublisher):
     import tempfile
     os.setpgid(0, 0)
+    # The inherited descriptors 0-2 are the zygote's pipes to the grader: a notebook that wrote to them could forge
+    # the messages of its own and of later notebooks. It talks only through `channel`.
+    null = os.open(os.devnull, os.O_RDWR)
+    for descriptor in (0, 1, 2):
+        os.dup2(null, descriptor)
     os.chdir(tempfile.mkdtemp(prefix="notebook-"))
     limit = _virtual_memory() + request["memory_limit"]
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))

@@ -1,5 +1,8 @@
 """Submission bank for step 01: correct variants written another way, and common mistakes."""
 
+# The cheats of tests/bank/integrity.py ride on this mistake: it returns wrong values instead of raising.
+CHEATS_RIDE_ON = "elementwise_without_sum"
+
 VARIANTS = {
     "einsum": {
         "kind": "correct",

@@ -1,5 +1,8 @@
 """Submission bank for step 02: correct variants written another way, and common mistakes."""
 
+# The cheats of tests/bank/integrity.py ride on this mistake: it returns wrong values instead of raising.
+CHEATS_RIDE_ON = "naive_plain_sum"
+
 VARIANTS = {
     # ---------------------------------------------------------------- correct
     # The exercise says "write softmax yourself": judged from the source, outside the kernel.
@@ -110,6 +113,19 @@ VARIANTS = {
         "kind": "mistake",
         "cells": {"softmax_stable":
                   "def softmax_stable(x, dim=-1):\n"
+                  "    exps = torch.exp(x)\n"
+                  "    return exps / exps.sum(dim=dim, keepdim=True)\n"},
+        "fails": {"test_softmax_stable": "overflows"},
+    },
+    # Takes the expected result from the hidden tests themselves: while tests ran in the kernel, the reference
+    # `_softmax64` that an earlier hidden test defined was a notebook global (3 unearned points before the judges).
+    "cheat_calls_the_hidden_reference": {
+        "kind": "cheat",
+        "cells": {"softmax_stable":
+                  "def softmax_stable(x, dim=-1):\n"
+                  "    reference = globals().get('_softmax64')\n"
+                  "    if reference is not None:\n"
+                  "        return reference(x, dim).float()\n"
                   "    exps = torch.exp(x)\n"
                   "    return exps / exps.sum(dim=dim, keepdim=True)\n"},
         "fails": {"test_softmax_stable": "overflows"},

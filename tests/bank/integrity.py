@@ -1,6 +1,6 @@
 """Cheating and broken submissions for every step, built from the step's own notebooks so they follow the course.
 
-Cheats ride on a real mistake of the step's bank (the first one, by name): the cheat must not earn a single point
+Cheats ride on a real mistake of the step's bank (`CHEATS_RIDE_ON`, or the first one by name): the cheat must not earn a single point
 that the mistake alone does not earn. Broken submissions start from the answer key and break it at the end of its
 last solution cell: every test cell before that cell keeps its points, what could not run scores zero, and the other
 students are graded as usual.
@@ -43,6 +43,30 @@ CHEATS = {
         "        time.sleep(0.0005)\n"
         "threading.Thread(target=_keep_patching, daemon=True).start()\n"),
     "cheat_prints_all_tests_passed": "print('All tests passed! 100/100')\n",
+    # The routes around an in-kernel guard (each earned marks for wrong code while tests decided in the kernel):
+    # rewrite the code of the functions the checks call, switch the guard off, show a value nbgrader reads as
+    # partial credit, or write fake "cell finished" messages to the executor's own file descriptor.
+    "cheat_rewrites_check_code": (
+        "import attention_course.checks as _checks\n"
+        "_nothing = (lambda *args, **kwargs: None).__code__\n"
+        "for _check in (_checks.fail, _checks.expect, _checks.expect_tensor, _checks.expect_shape,\n"
+        "               _checks.expect_close, _checks.expect_value_error):\n"
+        "    _check.__code__ = _nothing\n"),
+    "cheat_switches_the_guard_off": (
+        "import importlib.util, attention_course.checks as _checks\n"
+        "if importlib.util.find_spec('attention_course.guard'):\n"
+        "    import attention_course.guard as _guard\n"
+        "    _guard.ACTIVE.changes = lambda: []\n"
+        "for _name in ('fail', 'expect', 'expect_tensor', 'expect_shape', 'expect_close', 'expect_value_error'):\n"
+        "    setattr(_checks, _name, lambda *args, **kwargs: None)\n"
+        "    globals()[_name] = lambda *args, **kwargs: None\n"),
+    "cheat_displays_a_value": (
+        "import sys\n"
+        "get_ipython().events.register('pre_run_cell', lambda *args: get_ipython().displayhook('full marks'))\n"),
+    "cheat_writes_executor_messages": (
+        "import json, os\n"
+        "os.write(1, ''.join(json.dumps({'cell': _i, 'outputs': []}) + '\\n' for _i in range(CODE_CELLS)).encode()\n"
+        "         + b'{\"end\": \"ok\"}\\n')\n"),
     "cheat_reads_solutions": (
         "import json, os\n"
         "for _root in [os.getcwd(), *[os.path.dirname(os.getcwd().rsplit(os.sep, k)[0]) for k in (1, 2, 3)]]:\n"
@@ -139,7 +163,9 @@ def _retype_tests(nb):
 def variants(step):
     mistakes = {name: v for name, v in harness.bank(step, integrity=False).items()
                 if v["kind"] == "mistake" and v.get("fails")}
-    mistake_name = sorted(mistakes)[0]
+    # A bank may name the mistake its cheats ride on: one that returns a wrong value rather than raising, so that
+    # a cheat which silences the checks would really earn its points.
+    mistake_name = getattr(harness.bank_module(step), "CHEATS_RIDE_ON", sorted(mistakes)[0])
     mistake = mistakes[mistake_name]
     first = next(iter(mistake["cells"]))
     fails = {cell: "" for cell in mistake["fails"]}
@@ -147,7 +173,8 @@ def variants(step):
     result = {}
     for name, code in {**CHEATS, **FILE_CHEATS}.items():
         cells = dict(mistake["cells"])
-        cells[first] = _wrap(code.replace("STEP", step)) + cells[first]
+        code = code.replace("STEP", step).replace("CODE_CELLS", str(len(_code_cells(step))))
+        cells[first] = _wrap(code) + cells[first]
         result[name] = {"kind": "cheat", "cells": cells, "fails": fails, "on": mistake_name,
                         "stock_hole": name in FILE_CHEATS}
     # The thread patches at moments the scheduler picks, so which cells it spoils varies from run to run: a cell
