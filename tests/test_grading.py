@@ -131,6 +131,9 @@ def test_export_reports_the_autograded_scores(step, graded):
 def test_feedback_shows_failures_but_no_hidden_test(step, graded):
     hidden = harness.blocks(step, *harness.HIDDEN)
     for student, text in graded[step]["feedback"].items():
+        # No plan (hidden inputs), no record, and nothing student code printed while the hidden checks ran.
+        for secret in ("attention_course.probe", "application/vnd.attention-course", '"storage"', "HIDDEN-INPUT-SEEN"):
+            assert secret not in text, f"the feedback of {student} on {step} shows {secret!r}"
         # A line the student wrote themselves may happen to equal one of the hidden tests.
         lines = {line.strip() for line in text.splitlines()} - graded[step]["submitted_lines"][student]
         shown = sorted(hidden & lines)
@@ -168,12 +171,13 @@ def test_no_submission_changes_a_file_of_the_course(step, graded):
 
 
 @pytest.mark.parametrize("step", STEPS)
-def test_summary_flags_crashes_timeouts_tampering_and_unreadable_notebooks(step, graded):
+def test_summary_flags_crashes_timeouts_bad_records_and_unreadable_notebooks(step, graded):
     flagged = {line.split(" / ")[0].strip(): line for line in graded[step]["summary"].splitlines() if " / " in line
                and ":" in line}
     for student, flag in [("broken_os_exit", "crashed"), ("broken_unstoppable_loop", "crashed"),
                           ("broken_infinite_loop", "timed out"), ("broken_over_memory_limit", "out of memory"),
-                          ("cheat_patches_torch_allclose", "tampered"), ("broken_invalid_json", "unreadable"),
+                          ("cheat_skips_the_probe", "bad records"),
+                          ("broken_invalid_json", "unreadable"),
                           ("broken_missing_notebook", "unreadable")]:
         assert flag in flagged.get(student, ""), f"{student} should be flagged {flag!r}:\n{graded[step]['summary']}"
     assert ANSWER_KEY not in flagged and "Graded" in graded[step]["summary"]

@@ -1,4 +1,5 @@
-"""Nothing hidden reaches students: no solution code in release/, no hidden test in release/, solutions/ or the package."""
+"""Nothing hidden reaches students: no solution code in release/, no hidden test or judge in release/, solutions/, the
+lessons or the student package, and nothing a student installs or opens imports the grader package."""
 import re
 
 import nbformat
@@ -78,3 +79,28 @@ def test_no_nbgrader_markers_are_published(folder):
     marked = [str(path.relative_to(ROOT)) for path in (ROOT / folder).rglob("*.ipynb")
               if MARKERS.search(path.read_text())]
     assert not marked, f"nbgrader markers left in {marked}"
+
+
+GRADER = ROOT / "grader" / "attention_grader"
+STUDENT_SIDE = {
+    "release": sorted((ROOT / "release").rglob("*.ipynb")),
+    "solutions": sorted((ROOT / "solutions").rglob("*.ipynb")),
+    "lessons": sorted((ROOT / "notebooks").glob("*.ipynb")),
+    "package": sorted((ROOT / "attention_course").rglob("*.py")) + [ROOT / "pyproject.toml"],
+}
+
+
+@pytest.mark.parametrize("where", sorted(STUDENT_SIDE))
+def test_nothing_a_student_gets_imports_the_grader(where):
+    found = [str(path.relative_to(ROOT)) for path in STUDENT_SIDE[where]
+             if "attention_grader" in path.read_text() or "grader/" in path.read_text()]
+    assert not found, f"{where} refers to the grader package: {found}"
+
+
+@pytest.mark.parametrize("where", sorted(STUDENT_SIDE))
+def test_no_judge_code_reaches_students(where):
+    judge_pairs = {pair for path in sorted(GRADER.rglob("*.py")) for pair in pairs(stripped_lines(path))
+                   if not all(line.startswith(("#", '"""', "import ", "from ")) or len(line) < 12 for line in pair)}
+    found = sorted(f"{path.relative_to(ROOT)}: {pair[0]} / {pair[1]}"
+                   for path in STUDENT_SIDE[where] for pair in judge_pairs & pairs(stripped_lines(path)))
+    assert not found, f"grader code appears in {where}:\n" + "\n".join(found[:10])

@@ -29,8 +29,7 @@ import torch
 from nbformat import NotebookNode
 from traitlets import Unicode
 
-from attention_course.probe import (BEGIN_MIME, RECORDS_MIME, Interpreter, PlanError, decode_tensor,
-                                    encode_tensor)
+from attention_course.probe import BEGIN_MIME, RECORDS_MIME, Interpreter, PlanError, decode_tensor, encode
 
 try:
     from nbgrader.preprocessors import NbGraderPreprocessor
@@ -73,7 +72,7 @@ def as_data(value):
     if isinstance(value, Ref):
         return value.spec
     if isinstance(value, torch.Tensor):
-        return {"tensor": encode_tensor(value)}
+        return encode(value)
     if isinstance(value, (list, tuple)):
         return {type(value).__name__: [as_data(item) for item in value]}
     if isinstance(value, torch.dtype):

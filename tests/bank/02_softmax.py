@@ -22,6 +22,16 @@ VARIANTS = {
                 "    return F.softmax(inputs @ inputs.mT, dim=-1) @ inputs\n",
         },
     },
+    # Prints what it is given on inputs only the hidden checks use: none of it may reach the feedback.
+    "prints_hidden_inputs": {
+        "kind": "correct",
+        "cells": {"softmax_naive":
+                  "def softmax_naive(x, dim=-1):\n"
+                  "    if x.dim() == 3:\n"
+                  "        print('HIDDEN-INPUT-SEEN', x.flatten()[:3].tolist())\n"
+                  "    exps = torch.exp(x)\n"
+                  "    return exps / exps.sum(dim=dim, keepdim=True)\n"},
+    },
     "logsumexp_and_einsum": {
         "kind": "correct",
         "cells": {

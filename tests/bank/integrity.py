@@ -122,6 +122,12 @@ def _after_last_solution(step):
         cells[last]["grade_id"]
 
 
+def _test_cells_after(step, grade_id):
+    """The autograded test cells that come after the cell `grade_id`."""
+    names = [c.get("grade_id") for c in _code_cells(step)]
+    return [name for name in names[names.index(grade_id):] if name in harness.autograded_cells(step)]
+
+
 def _test_cells(nb):
     return [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade") and
             not c.metadata.get("nbgrader", {}).get("solution")]
@@ -177,6 +183,12 @@ def variants(step):
         cells[first] = _wrap(code) + cells[first]
         result[name] = {"kind": "cheat", "cells": cells, "fails": fails, "on": mistake_name,
                         "stock_hole": name in FILE_CHEATS}
+    # Without the probe's records no hidden check can pass: every test cell scores zero and the notebook is flagged.
+    result["cheat_skips_the_probe"] = {
+        "kind": "cheat", "on": mistake_name, "fails": {cell: "left no records" for cell in _test_cells_after(step, first)},
+        "cells": {**mistake["cells"], first: _wrap("import attention_course.probe as _probe\n"
+                                                   "_probe.run = lambda *args, **kwargs: None\n")
+                  + mistake["cells"][first]}}
     # The thread patches at moments the scheduler picks, so which cells it spoils varies from run to run: a cell
     # that ran while it patched fails (GuardError), and none may score more than the mistake alone.
     result["cheat_thread_repatches_checks"]["at_most"] = True

@@ -1,0 +1,178 @@
+"""The judges, in this process, without nbgrader (attention_grader/judging.py, attention_course/probe.py).
+
+The answer key passes every check of every step for several students; records that are missing, duplicated,
+malformed or forged fail their cell; displayed values and what student code printed during the hidden checks never
+reach the verdict; hidden inputs differ between students and stay the same on a re-grade.
+"""
+import base64
+import json
+
+import pytest
+import torch
+from nbformat import NotebookNode
+
+import harness
+from attention_course.probe import BEGIN_MIME, RECORDS_MIME, Interpreter, PlanError, decode_tensor, encode_tensor
+from attention_grader import judging
+from conftest import ROOT, STEPS
+
+
+def reference(step):
+    return judging.reference_namespace(str(ROOT / "source" / step / f"{step}.ipynb"))
+
+
+def answer_key_sources(step):
+    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in harness.source_notebook(step).cells
+            if c.metadata.get("nbgrader", {}).get("solution")}
+
+
+def records_of(namespace, checks):
+    """What the probe publishes for these checks when the notebook's namespace is `namespace`."""
+    return [Interpreter(namespace).run_check(c.program.ops) for c in checks if c.program is not None]
+
+
+def outputs_with(cell_id, records, before=(), after=()):
+    return [*before, NotebookNode(output_type="display_data", metadata={}, data={BEGIN_MIME: {"cell": cell_id}}),
+            *after, NotebookNode(output_type="display_data", metadata={},
+                                 data={RECORDS_MIME: {"cell": cell_id, "records": records}})]
+
+
+def stream(text, name="stdout"):
+    return NotebookNode(output_type="stream", name=name, text=text)
+
+
+def verdict(step, cell_id, checks, outputs):
+    return judging.verdict(outputs, cell_id, checks, reference(step), answer_key_sources(step))
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_every_autograded_cell_has_a_judge(step):
+    assert set(judging.judges_of(step).CELLS) == set(harness.autograded_cells(step))
+
+
+@pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_answer_key_passes_every_check(step, seed):
+    namespace = reference(step)
+    for cell_id in harness.autograded_cells(step):
+        checks = judging.plan_cell(step, cell_id, seed)
+        outputs, flags = verdict(step, cell_id, checks, outputs_with(cell_id, records_of(namespace, checks)))
+        assert flags == [] and [o.output_type for o in outputs] == ["stream"], (cell_id, outputs)
+
+
+def test_hidden_inputs_differ_between_students_and_repeat_on_a_regrade():
+    secret = b"instructor secret"
+    plans = {student: judging.probe_source("test_softmax_stable", judging.plan_cell(
+        "02_softmax", "test_softmax_stable", judging.hidden_seed(secret, "02_softmax", student, "test_softmax_stable")))
+        for student in ("ada", "alan")}
+    again = judging.probe_source("test_softmax_stable", judging.plan_cell(
+        "02_softmax", "test_softmax_stable", judging.hidden_seed(secret, "02_softmax", "ada", "test_softmax_stable")))
+    assert plans["ada"] != plans["alan"] and plans["ada"] == again
+    assert judging.hidden_seed(b"another secret", "02_softmax", "ada", "x") != judging.hidden_seed(
+        secret, "02_softmax", "ada", "x")
+
+
+def test_the_secret_is_created_once_readable_by_the_instructor_only(tmp_path):
+    path = tmp_path / ".grading_secret"
+    first = judging.read_secret(path)
+    assert judging.read_secret(path) == first and len(first) == 64 and path.stat().st_mode & 0o077 == 0
+
+
+STEP, CELL = "02_softmax", "test_softmax_naive"
+
+
+@pytest.fixture
+def checks():
+    return judging.plan_cell(STEP, CELL, 7)
+
+
+@pytest.fixture
+def good_records(checks):
+    return records_of(reference(STEP), checks)
+
+
+def test_displayed_values_and_prints_during_hidden_checks_are_dropped(checks, good_records):
+    shown = NotebookNode(output_type="execute_result", execution_count=1, metadata={}, data={"text/plain": "'0'"})
+    outputs, _ = verdict(STEP, CELL, checks, outputs_with(
+        CELL, good_records, before=[stream("Part 1: visible tests passed\n"), shown],
+        after=[stream("hidden input: 0.1234\n"), stream("oops\n", "stderr")]))
+    assert [o.get("text") for o in outputs] == ["Part 1: visible tests passed\n",
+                                                f"Graded: all {len(checks)} checks of this cell passed.\n"]
+
+
+def test_a_displayed_value_never_awards_points_to_wrong_records(checks, good_records):
+    wrong = [[{"tensor": encode_tensor(torch.zeros(1))}] for _ in good_records]
+    shown = NotebookNode(output_type="execute_result", execution_count=1, metadata={}, data={"text/plain": "'full'"})
+    outputs, _ = verdict(STEP, CELL, checks, outputs_with(CELL, wrong, before=[shown]))
+    assert [o.output_type for o in outputs] == ["error"] and "wrong shape" in outputs[0].evalue
+
+
+@pytest.mark.parametrize("forge", ["none", "twice", "other cell", "too few", "bad base64", "short data", "not a list",
+                                   "huge"])
+def test_missing_duplicated_or_malformed_records_fail_the_cell_and_flag_it(forge, checks, good_records):
+    records = json.loads(json.dumps(good_records))
+    outputs = outputs_with(CELL, records)
+    if forge == "none":
+        outputs = outputs[:1]
+    elif forge == "twice":
+        outputs = outputs + outputs[-1:]
+    elif forge == "other cell":
+        outputs[-1].data[RECORDS_MIME]["cell"] = "test_softmax_stable"
+    elif forge == "too few":
+        records.pop()
+    elif forge == "not a list":
+        outputs[-1].data[RECORDS_MIME]["records"] = {"0": records[0]}
+    elif forge == "huge":
+        records[0].append({"str": "x" * judging.RECORDS_LIMIT})
+    else:
+        tensor = records[1][0]["tensor"]
+        tensor["data"] = "not base64!" if forge == "bad base64" else tensor["data"][:8]
+    new_outputs, flags = verdict(STEP, CELL, checks, outputs)
+    assert new_outputs[-1].output_type == "error", new_outputs
+    if forge in ("bad base64", "short data"):  # one check's data: that check fails
+        assert "malformed" in new_outputs[-1].evalue
+    else:
+        assert new_outputs[-1].ename == "RecordError" and flags == ["bad records"]
+
+
+def test_a_kernel_error_scores_zero_whatever_the_records_say(checks, good_records):
+    error = NotebookNode(output_type="error", ename="CheckFailed", evalue="softmax_naive has the wrong values",
+                         traceback=[])
+    outputs, _ = verdict(STEP, CELL, checks, [error] + outputs_with(CELL, good_records))
+    assert [o.output_type for o in outputs] == ["error"] and outputs[0].evalue == error.evalue
+
+
+def test_an_error_after_the_hidden_checks_began_does_not_show_its_message(checks):
+    error = NotebookNode(output_type="error", ename="SystemExit", evalue="hidden input was 0.123", traceback=[])
+    outputs, _ = verdict(STEP, CELL, checks, outputs_with(CELL, [], after=[error])[:-1] + [error])
+    assert outputs[-1].ename == "SystemExit" and "0.123" not in outputs[-1].evalue
+
+
+def test_an_exception_inside_a_check_says_which_check_and_what_was_raised(checks):
+    namespace = {**reference(STEP), "softmax_naive": lambda x, dim=-1: x.view(-1, 99)}
+    outputs, _ = verdict(STEP, CELL, checks, outputs_with(CELL, records_of(namespace, checks)))
+    assert "softmax_naive(attn_scores[1])" in outputs[-1].evalue and "raised RuntimeError" in outputs[-1].evalue
+
+
+@pytest.mark.parametrize("code,uses", [
+    ("def softmax_naive(x, dim=-1):\n    return torch.softmax(x, dim)", True),
+    ("import torch.nn.functional as F\ndef softmax_naive(x, dim=-1):\n    return F.softmax(x, dim=dim)", True),
+    ("def softmax_naive(x, dim=-1):\n    return x.softmax(dim)", True),
+    ("from torch import softmax\ndef softmax_naive(x, dim=-1):\n    return softmax(x, dim)", True),
+    ("def softmax_naive(x, dim=-1):\n    e = x.exp()\n    return e / e.sum(dim, keepdim=True)", False),
+    ("def softmax_stable(x, dim=-1):\n    return softmax_naive(x - x.amax(dim, keepdim=True), dim)", False),
+])
+def test_rules_about_how_are_judged_from_the_source(code, uses):
+    rule = judging.forbid_calls("softmax_naive", "softmax_naive", {"softmax", "Softmax"}, "write it yourself")
+    message = rule.source_rule({"softmax_naive": code})
+    assert (message is not None) == uses and (not uses or "write it yourself" in message)
+
+
+def test_decoding_checks_every_field():
+    good = encode_tensor(torch.arange(6.0).reshape(2, 3))
+    assert torch.equal(decode_tensor(good), torch.arange(6.0).reshape(2, 3))
+    for bad in [{**good, "shape": [3, 3]}, {**good, "shape": [-1, 6]}, {**good, "dtype": "pickle"},
+                {**good, "storage": "object"}, {**good, "data": base64.b64encode(b"x" * 47).decode()},
+                {**good, "extra": 1}, "not a dict", {**good, "shape": [2 ** 40, 2 ** 40]}]:
+        with pytest.raises(PlanError):
+            decode_tensor(bad)
