@@ -6,6 +6,7 @@ The tests use it; a maintainer can also grade bank variants of one step by hand:
 """
 import importlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile

@@ -109,3 +109,13 @@ def test_concurrent_workers_on_one_sqlite_gradebook_lose_and_duplicate_no_grade(
         (cells,), = db.execute("SELECT COUNT(*) FROM grade_cells").fetchall()
         (submissions,), = db.execute("SELECT COUNT(*) FROM submitted_assignment").fetchall()
     assert grades == {student: cells for student in students} and submissions == len(students)
+
+
+def test_an_executor_that_cannot_start_says_why_and_what_to_do(monkeypatch, tmp_path):
+    monkeypatch.setattr(forking, "THIS_FILE", str(tmp_path / "missing.py"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(RuntimeError) as error:
+            forking.Zygote(sandbox=False)
+    assert "it exited" in str(error.value) and "missing.py" in str(error.value)
+    assert "What to do" in str(error.value)

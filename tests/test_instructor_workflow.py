@@ -37,3 +37,16 @@ def test_full_nbgrader_workflow_through_the_exchange(tmp_path):
         rows = [row for row in csv.DictReader(f) if row["assignment"] == step]
     assert [(row["student_id"], float(row["score"])) for row in rows] == [
         (student, sum(harness.autograded_cells(step).values()))]
+
+
+def test_class_grading_works_from_a_fresh_clone(tmp_path):
+    """No `nbgrader generate_assignment` first: `course.py grade` registers the assignment itself and says so."""
+    step = STEPS[0]
+    course_dir = tmp_path / "clone"
+    course_dir.mkdir()
+    harness.course.make_course_copy(course_dir)
+    harness.shutil.copytree(harness.ROOT / "release", course_dir / "release")
+    harness.submit(course_dir, "ada", step, harness.variant_notebook(step, {}))
+    summary = harness.grade_class(course_dir, step)
+    assert f"{step}: not in the gradebook yet, registering it" in summary and "Graded 1 of 1" in summary, summary
+    assert harness.cell_scores(course_dir, step, "ada") == harness.autograded_cells(step)

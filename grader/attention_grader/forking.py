@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 
@@ -93,11 +94,20 @@ class Zygote:
             argv = [python, THIS_FILE, "serve"]
             env = {**os.environ, **env, "MPLCONFIGDIR": os.path.join(os.environ.get("TMPDIR", "/tmp"), "mpl-grader")}
         self.buffer = b""
-        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
-                                        cwd=None if self.sandboxed else os.environ.get("TMPDIR", "/tmp"))
+        self.errors = tempfile.TemporaryFile()  # the zygote's own stderr: kept for the message below
+        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors,
+                                        env=env, cwd=None if self.sandboxed else os.environ.get("TMPDIR", "/tmp"))
         ready = self._read(timeout=300)
         if ready is None or ready.get("ready") is not True:
-            raise RuntimeError(f"the grading executor did not start: {ready}")
+            self.process.kill()
+            self.errors.seek(0)
+            said = self.errors.read().decode(errors="replace").strip().splitlines()[-5:]
+            why = "it did not answer within 300 s" if ready is None else "it exited"
+            what_to_do = ("the sandbox started it: check that `bwrap --unshare-all --ro-bind / / true` works for this "
+                          "user (unprivileged user namespaces must be allowed)" if self.sandboxed else
+                          "the course environment may be incomplete: delete .venv and run `python3 course.py test`")
+            raise RuntimeError(f"the grading executor did not start ({why}); it said: {' | '.join(said) or 'nothing'}."
+                               f" What to do: {what_to_do}")
 
     @staticmethod
     def _sandbox_works(command, python):

@@ -209,7 +209,7 @@ def grade_class(root, assignments=None, students=None, workers=2, csv_path="grad
     root = Path(root).resolve()
     pairs = find_submissions(root, assignments, students, shard)
     staged_problems = {pair: stage(root, *pair) for pair in pairs}
-    _register(root, pairs)
+    _register(root, pairs, out)
     results, queue = [], batches(pairs, workers)
     progress = Progress(len(pairs))
     pool = [Worker(root, timeout, feedback) for _ in range(max(1, min(workers, len(queue))))]
@@ -251,13 +251,27 @@ def grade_class(root, assignments=None, students=None, workers=2, csv_path="grad
     return results
 
 
-def _register(root, pairs):
-    """Add every student to the gradebook once, before workers write to it side by side."""
-    from nbgrader.api import Gradebook
+def _register(root, pairs, out):
+    """Add every student to the gradebook once, before workers write to it side by side; register every assignment
+    the gradebook lacks as `nbgrader generate_assignment` does (a fresh clone has none)."""
+    from nbgrader.api import Gradebook, MissingEntry
     config = course_config(root)
     with Gradebook(config.CourseDirectory.db_url, config.CourseDirectory.course_id) as gradebook:
         for student in sorted({student for student, _ in pairs}):
             gradebook.update_or_create_student(student)
+        missing = []
+        for assignment in sorted({assignment for _, assignment in pairs}):
+            try:
+                gradebook.find_assignment(assignment)
+            except MissingEntry:
+                missing.append(assignment)
+    for assignment in missing:
+        if not (Path(root) / "source" / assignment).is_dir():
+            print(f"{assignment}: not in the gradebook and no source/{assignment} to generate it from", file=out)
+            continue
+        print(f"{assignment}: not in the gradebook yet, registering it (nbgrader generate_assignment)", file=out)
+        subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "generate_assignment", assignment, "--force",
+                        "--log-level=WARN"], cwd=root, check=True, capture_output=True)
 
 
 def summarize(root, results, csv_path, out):
@@ -284,17 +298,33 @@ def summarize(root, results, csv_path, out):
         mine = [scores[(student, r["assignment"])] for r in results if r["student"] == student]
         total = sum(s for s, _ in mine if s is not None)
         maximum = sum(m for _, m in mine if m)
-        print(f"  {student:28s} {total:6.1f} / {maximum:g}", file=out)
+        print(printable(f"  {student:28s} {total:6.1f} / {maximum:g}"), file=out)
     flagged = [r for r in results if r["flags"] or r["problems"] or not r["success"]]
     print(f"\nFlagged: {len(flagged)}", file=out)
     for r in flagged:
         what = sorted(set(r["flags"] + (["unreadable"] if r["problems"] else []) + ([] if r["success"] else
                                                                                     ["not graded"])))
-        detail = "; ".join(r["problems"]) or (r["error"].strip().splitlines() or [""])[-1]
-        print(f"  {r['student']} / {r['assignment']}: {', '.join(what)}" + (f" ({detail})" if detail else ""),
-              file=out)
+        detail = "; ".join(r["problems"]) or nbgrader_message(r["error"])
+        print(printable(f"  {r['student']} / {r['assignment']}: {', '.join(what)}" + (f" ({detail})" if detail
+                                                                                      else "")), file=out)
     print(f"\nGrades: {csv_path}" + ("   Feedback: feedback/<student>/<assignment>/"
                                      if any(r.get("feedback") for r in results) else ""), file=out)
+    print("Next: `nbgrader formgrader` (or the Formgrader tab) for the written answers and a review, "
+          "`nbgrader release_feedback ASSIGNMENT` to hand the feedback back, and `python3 course.py grade` or "
+          f"`nbgrader export --to={csv_path}` again after manual grading.", file=out)
+
+
+def printable(text):
+    """Text from a submission or about it, safe for a terminal: control characters (escape sequences) shown as codes."""
+    return "".join(ch if ch.isprintable() or ch == "\n" else f"\\x{ord(ch):02x}" for ch in text)
+
+
+def nbgrader_message(log):
+    """What nbgrader said about a failed submission: its exception and the lines just before it."""
+    lines = [line.strip() for line in log.strip().splitlines() if line.strip()]
+    errors = [i for i, line in enumerate(lines) if "Error" in line or "Exception" in line]
+    chosen = lines[max(0, errors[-1] - 2):errors[-1] + 1] if errors else lines[-3:]
+    return " | ".join(chosen)[-600:]
 
 
 def main(argv=None):

@@ -1,0 +1,402 @@
+"""Judges of step 07: multi-head attention with weight splits.
+
+The module helpers (forward_check, dropout_check, returns_check, built_like_check) are shared with step 08.
+"""
+import torch
+
+from attention_course import data
+from attention_course.probe import decode_tensor
+from attention_grader.judging import (G, Check, Expect, Program, call_check, compare, default_judge,
+                                      expect_value_error, raised_message)
+
+BATCH = torch.stack((data.journey_in_pairs(), data.journey_in_pairs()))  # (2, 3, 6)
+ANY_VALUES = Expect("", atol=float("inf"))
+EXACT = Expect("", atol=0, rtol=0)
+INPLACE = "use out-of-place operations on x"
+
+SPLIT_HINT = ("head h holds columns h*head_dim:(h+1)*head_dim of every token: view(b, T, num_heads, head_dim) then "
+              "transpose(1, 2); viewing straight as (b, num_heads, T, head_dim) mixes up tokens")
+MERGE_HINT = ("head h goes to columns h*head_dim:(h+1)*head_dim of every token: transpose(1, 2), then .contiguous() "
+              "before .view() (or use .reshape())")
+MHA_PARAMETERS = ("one nn.Linear(d_in, d_out, bias=qkv_bias) each for W_query, W_key and W_value, shared by all "
+                  "heads, and out_proj = nn.Linear(d_out, d_out) with a bias")
+MHA_RUNS = "print the shape after each step; a view after a transpose needs .contiguous() first (or use reshape)"
+MHA_VALUES = ("project, split into heads, scores / sqrt(head_dim) (not sqrt(d_out)), causal mask, softmax over the "
+              "last dimension (the keys), weighted sum of the values, merge the heads, out_proj")
+MHA_CAUSAL = ("earlier tokens see a later one: did you keep the result of masked_fill, and take softmax over the last "
+              "dimension (the keys)?")
+STACK_HINT = ("head h's weights (and biases) go to rows h*head_dim:(h+1)*head_dim: stack them along dim 0 (the "
+              "output rows) with torch.cat([...], dim=0)")
+IDENTITY_HINT = "out_proj must be the identity: weight torch.eye(d_out), bias zero"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# helpers for modules (step 08 uses them too)
+# ---------------------------------------------------------------------------------------------------------------
+
+def linear_state(inputs, name, d_in, d_out, bias=True):
+    state = {f"{name}.weight": inputs.randn(d_out, d_in, scale=0.5)}
+    if bias:
+        state[f"{name}.bias"] = inputs.randn(d_out, scale=0.5)
+    return state
+
+
+def attention_state(inputs, d_in, d_out, qkv_bias):
+    """Weights for W_query, W_key, W_value and out_proj, with the contract's names."""
+    state = {}
+    for name in ("W_query", "W_key", "W_value"):
+        state.update(linear_state(inputs, name, d_in, d_out, qkv_bias))
+    state.update(linear_state(inputs, "out_proj", d_out, d_out))
+    return state
+
+
+def with_later_tokens_changed(inputs, x, cut):
+    changed = x.clone()
+    changed[:, cut:] += inputs.randn(*changed[:, cut:].shape)
+    return changed
+
+
+def tensor_of(record):
+    return decode_tensor(record["tensor"], torch.float64)
+
+
+def first_raised(records):
+    return next(((index, record) for index, record in enumerate(records) if "raised" in record), None)
+
+
+def with_hint(problem, hint):
+    return problem and problem + (f"\n  likely mistake: {hint}" if hint else "")
+
+
+def shape_problem(got, want, name, hint):
+    """A message when `got` is not a tensor of the reference's shape (whatever its values)."""
+    if "tensor" not in got or got["tensor"]["shape"] != want["tensor"]["shape"]:
+        return with_hint(compare(got, want, name, ANY_VALUES) or f"{name} has the wrong shape", hint)
+    return None
+
+
+def differ(a, b, atol):
+    return a.shape != b.shape or not torch.allclose(a, b, atol=atol, rtol=atol, equal_nan=True)
+
+
+def forward_check(what, cls, args, state, x, *, kwargs=None, mode="eval", cut=None, changed=None,
+                  parameters_hint="", runs_hint="", value_hint="", again_hint="", causal_hint="", atol=1e-5):
+    """cls(*args) with `state` loaded, run on x twice in `mode` (and on `changed`: x with tokens `cut` and later
+    changed). Judged in the order a student would debug: parameters, shape, a second call, the input, causality,
+    the values."""
+    p = Program()
+    module = p.call(G(cls), *args, **(kwargs or {}))
+    p.record(module, "its parameters", kind="parameters")
+    p.load(module, state)
+    p.call(module.attr(mode))
+    x_ref = p.tensor(x)
+    p.record(p.call(module, x_ref), "the output")
+    p.record(p.call(module, x_ref), "a second call")
+    p.record(x_ref, "its input after the call")
+    if changed is not None:
+        p.record(p.call(module, p.tensor(changed)), "the output on changed later tokens")
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            index, record = found
+            return raised_message(what, record, parameters_hint if index < 2 else runs_hint)
+        problem = with_hint(compare(got[0], want[0], f"{what}: its parameters", EXACT), parameters_hint)
+        problem = problem or compare(got[1], want[1], what, EXACT)
+        problem = problem or shape_problem(got[2], want[2], f"{what}: the output", value_hint)
+        if problem:
+            return problem
+        first = tensor_of(got[2])
+        if differ(tensor_of(got[3]), first, 1e-6):
+            return with_hint(f"{what}: a second call in {mode} mode gives another output", again_hint)
+        problem = with_hint(compare(got[4], want[4], f"{what}: its input after the call", EXACT),
+                            "it changed its input: " + INPLACE)
+        if problem:
+            return problem
+        if changed is not None and differ(tensor_of(got[5])[:, :cut], first[:, :cut], 1e-5):
+            return with_hint(f"{what}: the outputs of tokens before {cut} change when tokens {cut} and later change",
+                             causal_hint)
+        return with_hint(compare(got[2], want[2], f"{what}: the output", Expect("", atol=atol)), value_hint)
+
+    return Check(what, p, judge=judge)
+
+
+def dropout_check(what, cls, args, state, x, seed, hint, *, copies=1, mean_hint=""):
+    """cls(*args) in training mode must drop attention weights: its output differs from the eval-mode output (and,
+    over `copies` copies of x in one call, averages to it)."""
+    p = Program()
+    module = p.call(G(cls), *args)
+    p.load(module, state)
+    p.call(module.attr("eval"))
+    x_ref = p.tensor(x)
+    p.record(p.call(module, x_ref), "the output in eval mode")
+    p.call(module.attr("train"))
+    p.seed(seed)
+    p.record(p.call(module, p.call(x_ref.attr("repeat"), copies, 1, 1)), "the output in training mode")
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1])
+        problem = compare(got[0], want[0], what, EXACT)
+        problem = problem or shape_problem(got[1], want[1], f"{what}: the output in eval mode", "")
+        problem = problem or shape_problem(got[2], want[2], f"{what}: the output in training mode", "")
+        if problem:
+            return problem
+        evaluated, trained = tensor_of(got[1]), tensor_of(got[2]).view(copies, *want[1]["tensor"]["shape"])
+        if not (trained[0] - evaluated).abs().nan_to_num(nan=float("inf")).max().item() > 1e-4:
+            return with_hint(f"{what}: the output in training mode equals the output in eval mode", hint)
+        if copies > 1 and differ(trained.mean(0), evaluated, 0.3):
+            return with_hint(f"{what}: the mean of {copies} outputs in training mode is far from the output in eval "
+                             "mode", mean_hint)
+        return None
+
+    return Check(what, p, judge=judge)
+
+
+CLASS = "the class of the result"
+
+
+def returns_check(what, program, hint=""):
+    """The default judge, with a message naming both classes when the record labelled CLASS differs (record
+    `result.__class__.__name__` with that label)."""
+    check = Check(what, program)
+
+    def judge(got, want):
+        for g, w, expect in zip(got, want, program.expects):
+            if expect.label == CLASS and "str" in g and g != w:
+                return with_hint(f"{what} should return a {w['str']}, got a {str(g['str'])[:60]}", hint)
+        return default_judge(check, got, want)
+
+    check.judge = judge
+    return check
+
+
+def built_like_check(what, program, result, cls, args, state, x, seed, hint):
+    """The sizes and dropout rate of `result`, a module that the student's function built with the student's class
+    `cls`: with the same weights loaded, it must compute what cls(*args) computes in the student's own kernel (in
+    eval mode, and in training mode from the same seed). So a bug of the class itself costs nothing here; when the
+    class cannot run at all, only its printed structure and buffers are compared."""
+    p = program
+    same = p.call(G(cls), *args)
+    p.load(result, state)
+    p.load(same, state)
+    labels = ["result repr", "same repr", "result buffers", "same buffers", "same eval", "result eval",
+              "same train", "result train"]
+    first = len(p.expects)
+    p.record(p.call(result.attr("__repr__")), labels[0])
+    p.record(p.call(same.attr("__repr__")), labels[1])
+    p.record(result, labels[2], kind="buffers")
+    p.record(same, labels[3], kind="buffers")
+    x_ref = p.tensor(x)
+    p.call(result.attr("eval"))
+    p.call(same.attr("eval"))
+    p.record(p.call(same, x_ref), labels[4])
+    p.record(p.call(result, x_ref), labels[5])
+    for module, label in ((same, labels[6]), (result, labels[7])):
+        p.call(module.attr("train"))
+        p.seed(seed)
+        p.record(p.call(module, x_ref), label)
+    built = f"{cls}({', '.join(map(repr, args))})"
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found and found[0] < first:
+            return raised_message(what, found[1])
+        count = found[0] if found else len(got)
+        named = dict(zip(labels, got[first:count]))
+        other = with_hint(f"{what} builds a module that differs from {built}", hint)
+        if len(named) < 4:
+            return other
+        if named["result repr"] != named["same repr"] or named["result buffers"] != named["same buffers"]:
+            return other
+        for same_label, result_label in ((labels[4], labels[5]), (labels[6], labels[7])):
+            if same_label not in named:  # the class itself cannot run: its own test says why
+                return None
+            if result_label not in named:
+                return with_hint(f"{what}: the module it returned raised {str(found[1]['raised'])[:80]} where "
+                                 f"{built} runs", hint)
+            if differ(tensor_of(named[result_label]), tensor_of(named[same_label]), 1e-6):
+                return other
+        return None
+
+    return Check(what, p, judge=judge)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the test cells
+# ---------------------------------------------------------------------------------------------------------------
+
+def value_error_check(what, function, args, argument):
+    p = Program()
+    p.call(G(function), *[p.tensor(a) if isinstance(a, torch.Tensor) else a for a in args])
+    return expect_value_error(what, p, argument)
+
+
+def split_heads(inputs):
+    x = torch.arange(2 * 3 * 6, dtype=torch.float32).reshape(2, 3, 6)
+    checks = [call_check("split_heads(x, 2) for x = arange(36) of shape (2, 3, 6)", "split_heads", x, 2,
+                         hint=SPLIT_HINT),
+              value_error_check("split_heads on a (1, 2, 5) tensor with num_heads=2", "split_heads",
+                                (torch.zeros(1, 2, 5), 2), "num_heads")]
+    for b, t, d, h in [(3, 4, 15, 5), (1, 1, 3, 1), (2, 5, 12, 4), (4, 2, 6, 3), (2, 3, 7, 7)]:
+        checks.append(call_check(f"split_heads on a random ({b}, {t}, {d}) tensor with num_heads={h}", "split_heads",
+                                 inputs.randn(b, t, d), h, hint=SPLIT_HINT))
+    for shape, h in [((2, 3, 7), 2), ((1, 4, 10), 4), ((3, 1, 6), 4)]:
+        checks.append(value_error_check(f"split_heads on a {shape} tensor with num_heads={h}", "split_heads",
+                                        (torch.zeros(shape), h), "num_heads"))
+    return checks
+
+
+def merge_heads(inputs):
+    heads = torch.randn(2, 2, 3, 4, generator=torch.Generator().manual_seed(0))
+    checks = [call_check("merge_heads(heads) for heads of shape (2, 2, 3, 4)", "merge_heads", heads,
+                         hint=MERGE_HINT)]
+    for b, h, t, hd in [(3, 5, 4, 3), (1, 1, 1, 2), (2, 4, 5, 1), (4, 3, 2, 5), (2, 2, 6, 3)]:
+        checks.append(call_check(f"merge_heads on a random ({b}, {h}, {t}, {hd}) tensor", "merge_heads",
+                                 inputs.randn(b, h, t, hd), hint=MERGE_HINT))
+    return checks
+
+
+def fixed_weights(d_in, d_out, seed=0, scale=0.5):
+    """The weights of the notebook's load_fixed_weights(module, seed) for a module without qkv biases."""
+    generator = torch.Generator().manual_seed(seed)
+    state = {}
+    for name, fan_in in (("W_query", d_in), ("W_key", d_in), ("W_value", d_in), ("out_proj", d_out)):
+        state[f"{name}.weight"] = scale * torch.randn(d_out, fan_in, generator=generator)
+    state["out_proj.bias"] = scale * torch.randn(d_out, generator=generator)
+    return state
+
+
+def mask_buffer_check(what, cls, args, hint):
+    p = Program()
+    p.record(p.call(G(cls), *args), "its buffers", kind="buffers")
+
+    def judge(got, want):
+        if "raised" in got[0]:
+            return raised_message(what, got[0])
+        if "mask" not in [str(entry[0]) for entry in got[0]["buffers"]]:
+            return with_hint(f"{what} has no buffer named `mask`", hint)
+        return None
+
+    return Check(what, p, judge=judge)
+
+
+def multi_head_attention(inputs):
+    mha = "MultiHeadAttention"
+    changed = BATCH.clone()
+    changed[:, 2] += 1.0
+    hints = dict(parameters_hint=MHA_PARAMETERS, runs_hint=MHA_RUNS, value_hint=MHA_VALUES, causal_hint=MHA_CAUSAL)
+    checks = [
+        mask_buffer_check("MultiHeadAttention(6, 6, 3, 0.0, num_heads=2)", mha, (6, 6, 3, 0.0, 2),
+                          "self.register_buffer(\"mask\", torch.triu(...)) keeps the mask with the module "
+                          "(state_dict, .to(device))"),
+        forward_check("MultiHeadAttention(6, 6, 3, 0.0, num_heads=2) with the weights of load_fixed_weights(mha, "
+                      "seed=0) on the (2, 3, 6) batch", mha, (6, 6, 3, 0.0, 2), fixed_weights(6, 6), BATCH, cut=2,
+                      changed=changed, **hints),
+    ]
+    for b, t, context, d_in, d_out, heads, bias in [
+            (2, 4, 6, 5, 6, 2, False), (1, 5, 5, 3, 15, 5, True), (3, 3, 7, 4, 3, 1, False),
+            (2, 1, 4, 6, 10, 5, False), (4, 6, 8, 7, 12, 4, True), (1, 7, 9, 2, 9, 3, False)]:
+        x = inputs.randn(b, t, d_in)
+        cut = inputs.randint(1, t) if t > 1 else None
+        checks.append(forward_check(
+            f"MultiHeadAttention({d_in}, {d_out}, {context}, 0.0, num_heads={heads}, qkv_bias={bias}) on a random "
+            f"({b}, {t}, {d_in}) input", mha, (d_in, d_out, context, 0.0, heads), attention_state(inputs, d_in, d_out,
+                                                                                               bias),
+            x, kwargs={"qkv_bias": bias}, cut=cut, changed=with_later_tokens_changed(inputs, x, cut) if cut else None,
+            **hints))
+    # Dropout: off in eval mode (deterministic, equal to the reference), on in training mode.
+    state, x = attention_state(inputs, 5, 8, False), inputs.randn(3, 6, 5)
+    checks.append(forward_check(
+        "MultiHeadAttention(5, 8, 6, 0.5, num_heads=2) in eval mode on a random (3, 6, 5) input", mha,
+        (5, 8, 6, 0.5, 2), state, x, parameters_hint=MHA_PARAMETERS, runs_hint=MHA_RUNS,
+        value_hint="in eval mode dropout must do nothing: use nn.Dropout, not a hand-made mask",
+        again_hint="use self.dropout (an nn.Dropout module), which is switched off by mha.eval()"))
+    checks.append(dropout_check("MultiHeadAttention(5, 8, 6, 0.5, num_heads=2) on a random (3, 6, 5) input", mha,
+                                (5, 8, 6, 0.5, 2), state, x, inputs.seed(),
+                                "apply self.dropout to the attention weights"))
+    return checks
+
+
+def multi_head_attention_arguments(inputs):
+    checks = [
+        value_error_check("MultiHeadAttention(6, 5, 4, 0.0, num_heads=2)", "MultiHeadAttention", (6, 5, 4, 0.0, 2),
+                          "d_out"),
+    ]
+    for d_in, d_out, context, heads in [(8, 10, 6, 4), (3, 9, 2, 2), (4, 7, 5, 3)]:
+        checks.append(value_error_check(f"MultiHeadAttention({d_in}, {d_out}, {context}, 0.0, num_heads={heads})",
+                                        "MultiHeadAttention", (d_in, d_out, context, 0.0, heads), "d_out"))
+    # (d_in, d_out, context_length, num_heads, b): the visible example first
+    for d_in, d_out, context, heads, b in [(6, 6, 4, 2, 1), (3, 4, 2, 2, 2), (5, 6, 1, 3, 1), (2, 8, 6, 4, 3)]:
+        p = Program()
+        module = p.call(G("MultiHeadAttention"), d_in, d_out, context, 0.0, heads)
+        p.call(module, p.tensor(torch.zeros(b, context + 1, d_in)))
+        checks.append(expect_value_error(f"a forward pass with {context + 1} tokens through MultiHeadAttention("
+                                         f"{d_in}, {d_out}, {context}, 0.0, num_heads={heads})", p, "context_length"))
+    return checks
+
+
+def wrapper_to_split_checks(inputs, d_in, head_dim, context, heads, bias, dropout, seed=None):
+    """The weights wrapper_to_split copies, and the sizes and dropout rate of the MultiHeadAttention it builds."""
+    d_out = heads * head_dim
+    what = (f"wrapper_to_split(MultiHeadAttentionWrapper({d_in}, {head_dim}, {context}, {dropout}, "
+            f"num_heads={heads}, qkv_bias={bias}))")
+    wrapper_state = {}
+    for h in range(heads):
+        for name in ("W_query", "W_key", "W_value"):
+            wrapper_state.update(linear_state(inputs, f"heads.{h}.{name}", d_in, head_dim, bias))
+
+    def build():
+        p = Program()
+        if seed is not None:
+            p.seed(seed)
+        wrapper = p.call(G("MultiHeadAttentionWrapper"), d_in, head_dim, context, dropout, num_heads=heads,
+                         qkv_bias=bias)
+        if seed is None:
+            p.load(wrapper, wrapper_state)
+        p.call(wrapper.attr("eval"))
+        return p, wrapper, p.call(G("wrapper_to_split"), wrapper)
+
+    p, wrapper, mha = build()
+    p.record(mha.attr("__class__").attr("__name__"), CLASS)
+    for name in ("W_query", "W_key", "W_value"):
+        for part in ("weight", "bias"):
+            p.record(mha.attr(name).attr(part), f"mha.{name}.{part}", STACK_HINT)
+    p.record(mha.attr("out_proj").attr("weight"), "mha.out_proj.weight", IDENTITY_HINT)
+    p.record(mha.attr("out_proj").attr("bias"), "mha.out_proj.bias", IDENTITY_HINT)
+    p.record(wrapper, "the wrapper after the call", "copy the wrapper's weights, do not modify them", kind="state")
+    checks = [returns_check(what, p)]
+
+    p, wrapper, mha = build()
+    checks.append(built_like_check(
+        what, p, mha, "MultiHeadAttention", (d_in, d_out, context, dropout, heads, bias),
+        attention_state(inputs, d_in, d_out, bias), inputs.randn(2, context, d_in), inputs.seed(),
+        "build MultiHeadAttention(d_in, num_heads * head_dim, context_length, dropout, num_heads, qkv_bias) with the "
+        "wrapper's sizes: the mask's size, dropout.p, and whether its layers have biases"))
+    return checks
+
+
+def wrapper_to_split(inputs):
+    checks = wrapper_to_split_checks(inputs, 6, 3, 3, 2, False, 0.0, seed=123)
+    for d_in, head_dim, context, heads, bias, dropout in [(5, 3, 6, 2, False, 0.0), (4, 1, 4, 5, True, 0.0),
+                                                          (7, 4, 5, 1, False, 0.0), (3, 2, 8, 3, True, 0.0),
+                                                          (6, 3, 5, 4, False, 0.3)]:
+        checks += wrapper_to_split_checks(inputs, d_in, head_dim, context, heads, bias, dropout)
+    return checks
+
+
+def gpt2_small_attention_params(inputs):
+    return [call_check("gpt2_small_attention_params()", "gpt2_small_attention_params", atol=0, rtol=0,
+                       hint="count module.parameters() (the mask is a buffer, not a parameter): W_query, W_key and "
+                            "W_value without bias, out_proj with its bias; return a Python int")]
+
+
+CELLS = {
+    "test_split_heads": split_heads,
+    "test_merge_heads": merge_heads,
+    "test_multi_head_attention": multi_head_attention,
+    "test_multi_head_attention_arguments": multi_head_attention_arguments,
+    "test_wrapper_to_split": wrapper_to_split,
+    "test_gpt2_small_attention_params": gpt2_small_attention_params,
+}
