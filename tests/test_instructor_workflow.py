@@ -50,3 +50,31 @@ def test_class_grading_works_from_a_fresh_clone(tmp_path):
     summary = harness.grade_class(course_dir, step)
     assert f"{step}: not in the gradebook yet, registering it" in summary and "Graded 1 of 1" in summary, summary
     assert harness.cell_scores(course_dir, step, "ada") == harness.autograded_cells(step)
+
+
+def test_ids_that_would_be_misread_are_refused_and_no_classmate_is_left_ungraded(tmp_path):
+    step = STEPS[0]
+    course_dir = harness.make_course(tmp_path / "course", steps=[step])
+    key = harness.variant_notebook(step, {})
+    hostile = ["ada,bob", "=HYPERLINK(1)", "line\nbreak", "a..b", "-rf"]
+    for student in ["ada", "bob", *hostile]:
+        harness.submit(course_dir, student, step, key)
+    summary = harness.grade_class(course_dir, step)
+    for student in hostile:
+        assert f"refused 'submitted/{student}'".replace("\n", "\\n") in summary, summary
+    full = harness.autograded_cells(step)
+    assert harness.cell_scores(course_dir, step, "ada") == full and harness.cell_scores(course_dir, step, "bob") == full
+    with open(course_dir / "grades.csv", newline="") as f:
+        assert sorted(row["student_id"] for row in csv.DictReader(f) if row["assignment"] == step) == ["ada", "bob"]
+
+
+def test_exported_cells_that_a_spreadsheet_would_run_are_neutralised(tmp_path):
+    from attention_grader.grading import neutralise_csv
+    path = tmp_path / "grades.csv"
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows([["student_id", "score"], ["=1+1", "3"], ["+cmd", "@SUM(A1)"], ["-2", "\tx"],
+                                 ["ada", "7.0"]])
+    neutralise_csv(path)
+    with open(path, newline="") as f:
+        assert list(csv.reader(f)) == [["student_id", "score"], ["'=1+1", "3"], ["'+cmd", "'@SUM(A1)"],
+                                       ["'-2", "'\tx"], ["ada", "7.0"]]

@@ -11,8 +11,10 @@ silently absent), and a worker that dies is replaced. Students' files in submitt
 reads a staged copy in .grading/.
 """
 import argparse
+import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,22 +30,45 @@ def course_config(root):
     return PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
 
 
+SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}")
+
+
+def is_safe_id(name):
+    """Ids that nbgrader's comma-separated lists, its path patterns, a file system and a spreadsheet read as meant."""
+    return bool(SAFE_ID.fullmatch(name)) and ".." not in name
+
+
 def find_submissions(root, assignments=None, students=None, shard=None):
-    """(student, assignment) pairs found in submitted/, sorted; with shard (k, n), only the k-th of n shares of the
-    students, so that n machines sharing one gradebook grade a class between them."""
+    """(student, assignment) pairs found in submitted/, sorted, and the folder names refused as ids; with shard
+    (k, n), only the k-th of n shares of the students, so that n machines sharing one gradebook grade a class."""
     import zlib
-    pairs = []
+    pairs, refused = [], []
     submitted = Path(root) / "submitted"
     for student_dir in sorted(p for p in submitted.iterdir() if p.is_dir()) if submitted.is_dir() else []:
         if students and student_dir.name not in students:
             continue
         if shard and zlib.crc32(student_dir.name.encode()) % shard[1] != shard[0] - 1:
             continue
+        if not is_safe_id(student_dir.name):
+            refused.append(f"submitted/{student_dir.name}")
+            continue
         for assignment_dir in sorted(p for p in student_dir.iterdir() if p.is_dir()):
             if assignments and assignment_dir.name not in assignments:
                 continue
+            if not is_safe_id(assignment_dir.name):
+                refused.append(f"submitted/{student_dir.name}/{assignment_dir.name}")
+                continue
             pairs.append((student_dir.name, assignment_dir.name))
-    return pairs
+    return pairs, refused
+
+
+def neutralise_csv(path):
+    """Rewrite an exported CSV so that no cell is read as a spreadsheet formula (OWASP: CSV injection)."""
+    with open(path, newline="") as file:
+        rows = list(csv.reader(file))
+    with open(path, "w", newline="") as file:
+        csv.writer(file).writerows([["'" + cell if cell[:1] in ("=", "+", "-", "@", "\t", "\r") else cell
+                                     for cell in row] for row in rows])
 
 
 def placeholder(release_path, reason):
@@ -107,8 +132,6 @@ def reuse_database_connections():
 
 def worker(root, timeout=None, feedback=True):
     """Grade batches of one assignment's submissions: one nbgrader converter per batch, one warm executor for all."""
-    import re
-
     os.chdir(root)
     reuse_database_connections()
     from nbgrader.apps import NbGraderAPI
@@ -207,7 +230,10 @@ def grade_class(root, assignments=None, students=None, workers=2, csv_path="grad
     import select
 
     root = Path(root).resolve()
-    pairs = find_submissions(root, assignments, students, shard)
+    pairs, refused = find_submissions(root, assignments, students, shard)
+    for name in refused:
+        print(printable(f"refused {name!r}: ids may only use letters, digits and . _ @ + - (not first), and no "
+                        ".. (rename the folder; nothing else is affected)"), file=out)
     staged_problems = {pair: stage(root, *pair) for pair in pairs}
     _register(root, pairs, out)
     results, queue = [], batches(pairs, workers)
@@ -247,6 +273,8 @@ def grade_class(root, assignments=None, students=None, workers=2, csv_path="grad
         w.close()
     subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "export", f"--to={csv_path}"], cwd=root,
                    check=False, capture_output=True)
+    if (root / csv_path).exists():
+        neutralise_csv(root / csv_path)
     summarize(root, results, csv_path, out)
     return results
 
@@ -342,6 +370,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.worker:
         return worker(args.worker, args.timeout, args.feedback)
+    unsafe = [name for name in (args.student or []) + args.assignments if not is_safe_id(name)]
+    if unsafe:
+        parser.error(printable(f"not a valid id: {', '.join(map(repr, unsafe))} (letters, digits and . _ @ + - only)"))
     shard = tuple(int(part) for part in args.shard.split("/")) if args.shard else None
     results = grade_class(args.root, args.assignments or None, args.student, args.workers, args.csv, args.timeout,
                           args.feedback, shard)

@@ -1,8 +1,9 @@
 """Submission bank for step 07: correct variants written another way, and common mistakes."""
 
 # The answer key's MultiHeadAttention calls split_heads and merge_heads, so a mistake in either also breaks
-# Parts 3 and 4 (they build on it); mistakes inside MultiHeadAttention also break Part 4, whose
-# MultiHeadAttention must reproduce the wrapper.
+# Part 3. Part 4's visible test runs the MultiHeadAttention that wrapper_to_split returns, so a mistake of Part 3 that
+# shows on its small example breaks Part 4 too; its hidden checks judge the weights and sizes wrapper_to_split chose,
+# not Part 3's forward (dropout_by_hand_also_in_eval keeps Part 4's points).
 
 _MHA_RESHAPE_PERMUTE = '''\
 class MultiHeadAttention(nn.Module):
@@ -333,7 +334,7 @@ VARIANTS = {
             "        attn_weights = self.dropout(attn_weights)\n",
             "        keep = (torch.rand_like(attn_weights) >= self.dropout.p).float()\n"
             "        attn_weights = attn_weights * keep / (1 - self.dropout.p)\n")},
-        "fails": {"test_multi_head_attention": "eval mode", "test_wrapper_to_split": "has the wrong values"},
+        "fails": {"test_multi_head_attention": "eval mode"},
     },
     "assert_instead_of_value_error": {
         "kind": "mistake",
@@ -365,6 +366,27 @@ VARIANTS = {
         "cells": {"wrapper_to_split": _WRAPPER_TO_SPLIT_KEY.replace(
             "        mha.out_proj.weight.copy_(torch.eye(d_out))\n        mha.out_proj.bias.zero_()\n", "")},
         "fails": {"test_wrapper_to_split": "identity"},
+    },
+    # The visible example has no biases and no dropout: only the hidden checks see these two.
+    "wrapper_without_biases": {
+        "kind": "mistake",
+        "cells": {"wrapper_to_split": _WRAPPER_TO_SPLIT_KEY.replace("qkv_bias = first.W_query.bias is not None",
+                                                                    "qkv_bias = False")},
+        "fails": {"test_wrapper_to_split": "W_query.bias"},
+    },
+    "wrapper_dropout_dropped": {
+        "kind": "mistake",
+        "cells": {"wrapper_to_split": _WRAPPER_TO_SPLIT_KEY.replace("first.mask.shape[0], first.dropout.p,",
+                                                                    "first.mask.shape[0], 0.0,")},
+        "fails": {"test_wrapper_to_split": "dropout.p"},
+    },
+    "gpt2_returns_a_tensor": {
+        "kind": "mistake",
+        "cells": {"gpt2_small_attention_params": (
+            "def gpt2_small_attention_params():\n"
+            "    module = MultiHeadAttention(768, 768, 1024, 0.0, num_heads=12)\n"
+            "    return torch.tensor([p.numel() for p in module.parameters()]).sum()\n")},
+        "fails": {"test_gpt2_small_attention_params": "should return an int"},
     },
     "gpt2_counts_the_mask_buffer": {
         "kind": "mistake",

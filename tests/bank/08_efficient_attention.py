@@ -1,5 +1,70 @@
 """Submission bank for step 08: correct variants written another way, and common mistakes."""
 
+# Part 1's class with a correct __init__ and a forward that computes the wrong thing or crashes: Part 2 builds one
+# (combined_from_split must return a MultiHeadAttentionCombinedQKV), but is judged on the weights it copies and the
+# sizes it passes, so it keeps its points.
+_COMBINED_INIT = (
+    "class MultiHeadAttentionCombinedQKV(nn.Module):\n"
+    "    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):\n"
+    "        super().__init__()\n"
+    "        if d_out % num_heads != 0:\n"
+    "            raise ValueError('d_out must be divisible by num_heads')\n"
+    "        self.d_out, self.num_heads, self.context_length = d_out, num_heads, context_length\n"
+    "        self.qkv = nn.Linear(d_in, 3 * d_out, bias=qkv_bias)\n"
+    "        self.out_proj = nn.Linear(d_out, d_out)\n"
+    "        self.dropout = nn.Dropout(dropout)\n"
+    "        self.register_buffer('mask', torch.ones(context_length, context_length).triu(1).bool())\n"
+    "\n"
+)
+
+_COMBINED_FROM_SPLIT_LOAD = (
+    "def combined_from_split(mha):\n"
+    "    bias = mha.W_query.bias is not None\n"
+    "    fused = MultiHeadAttentionCombinedQKV(mha.W_query.in_features, mha.d_out, mha.context_length,\n"
+    "                                          mha.dropout.p, mha.num_heads, qkv_bias=bias)\n"
+    "    state = {'out_proj.weight': mha.out_proj.weight.detach().clone(),\n"
+    "             'out_proj.bias': mha.out_proj.bias.detach().clone(),\n"
+    "             'qkv.weight': torch.cat([mha.W_query.weight, mha.W_key.weight, mha.W_value.weight]).detach()}\n"
+    "    if bias:\n"
+    "        state['qkv.bias'] = torch.cat([mha.W_query.bias, mha.W_key.bias, mha.W_value.bias]).detach()\n"
+    "    fused.load_state_dict(state, strict=False)\n"
+    "    return fused\n"
+)
+
+# Silences the visible checks (as a cheat of tests/bank/integrity.py does), so that the hidden checks' message shows.
+_SILENCE_CHECKS = (
+    "import attention_course.checks as _checks\n"
+    "for _name in ('fail', 'expect', 'expect_tensor', 'expect_shape', 'expect_close', 'expect_value_error'):\n"
+    "    setattr(_checks, _name, lambda *args, **kwargs: None)\n"
+    "    globals()[_name] = lambda *args, **kwargs: None\n"
+)
+
+_SDPA_INVERTED_MASK = (
+    "class MultiHeadAttentionSDPA(nn.Module):\n"
+    "    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):\n"
+    "        super().__init__()\n"
+    "        if d_out % num_heads != 0:\n"
+    "            raise ValueError('d_out must be divisible by num_heads')\n"
+    "        self.d_out, self.num_heads, self.context_length = d_out, num_heads, context_length\n"
+    "        self.dropout_p = dropout\n"
+    "        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+    "        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+    "        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+    "        self.out_proj = nn.Linear(d_out, d_out)\n"
+    "        self.register_buffer('mask', torch.triu(torch.ones(context_length, context_length,\n"
+    "                                                         dtype=torch.bool), 1))\n"
+    "\n"
+    "    def forward(self, x):\n"
+    "        b, t, _ = x.shape\n"
+    "        if t > self.context_length:\n"
+    "            raise ValueError('more tokens than context_length')\n"
+    "        q, k, v = (layer(x).view(b, t, self.num_heads, -1).transpose(1, 2)\n"
+    "                   for layer in (self.W_query, self.W_key, self.W_value))\n"
+    "        out = F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask[:t, :t],\n"
+    "                                             dropout_p=self.dropout_p if self.training else 0.0)\n"
+    "        return self.out_proj(out.transpose(1, 2).reshape(b, t, self.d_out))\n"
+)
+
 VARIANTS = {
     "chunk_where_tril_mask": {
         "kind": "correct",
@@ -199,33 +264,17 @@ VARIANTS = {
                   "    return torch.triu(torch.ones(num_tokens, num_tokens, dtype=torch.bool), diagonal=1)\n"},
         "fails": {"test_sdpa_causal_bool_mask": "opposite of step 4"},
     },
+    # Step 4's mask (True = blocked) passed to SDPA, which reads True as "may attend".
     "sdpa_inverted_bool_mask": {
         "kind": "mistake",
-        "cells": {"sdpa_attention":
-                  "class MultiHeadAttentionSDPA(nn.Module):\n"
-                  "    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):\n"
-                  "        super().__init__()\n"
-                  "        if d_out % num_heads != 0:\n"
-                  "            raise ValueError('d_out must be divisible by num_heads')\n"
-                  "        self.d_out, self.num_heads, self.context_length = d_out, num_heads, context_length\n"
-                  "        self.dropout_p = dropout\n"
-                  "        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
-                  "        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
-                  "        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
-                  "        self.out_proj = nn.Linear(d_out, d_out)\n"
-                  "        self.register_buffer('mask', torch.triu(torch.ones(context_length, context_length,\n"
-                  "                                                         dtype=torch.bool), 1))\n"
-                  "\n"
-                  "    def forward(self, x):\n"
-                  "        b, t, _ = x.shape\n"
-                  "        if t > self.context_length:\n"
-                  "            raise ValueError('more tokens than context_length')\n"
-                  "        q, k, v = (layer(x).view(b, t, self.num_heads, -1).transpose(1, 2)\n"
-                  "                   for layer in (self.W_query, self.W_key, self.W_value))\n"
-                  "        out = F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask[:t, :t],\n"
-                  "                                             dropout_p=self.dropout_p if self.training else 0.0)\n"
-                  "        return self.out_proj(out.transpose(1, 2).reshape(b, t, self.d_out))\n"},
-        "fails": {"test_sdpa_attention": "future leaks"},
+        "cells": {"sdpa_attention": _SDPA_INVERTED_MASK},
+        "fails": {"test_sdpa_attention": "True where attention is ALLOWED"},
+    },
+    # The same with the visible checks silenced: the hidden checks name the convention too.
+    "sdpa_inverted_bool_mask_checks_silenced": {
+        "kind": "cheat",
+        "cells": {"sdpa_attention": _SILENCE_CHECKS + _SDPA_INVERTED_MASK},
+        "fails": {"test_sdpa_attention": "True = may attend"},
     },
     "sdpa_is_causal_forgotten": {
         "kind": "mistake",
@@ -361,6 +410,53 @@ VARIANTS = {
                   "        weights = self.dropout(torch.softmax(scores, dim=-1))\n"
                   "        return self.out_proj((weights @ v).transpose(1, 2).reshape(b, t, self.d_out))\n"},
         "fails": {"test_combined_qkv": "slice the mask"},
+    },
+    "part1_wrong_part2_right": {
+        "kind": "mistake",
+        "cells": {
+            "combined_qkv": _COMBINED_INIT +
+                "    def forward(self, x):\n"
+                "        b, t, _ = x.shape\n"
+                "        if t > self.context_length:\n"
+                "            raise ValueError('more tokens than context_length')\n"
+                "        k, q, v = (z.view(b, t, self.num_heads, -1).transpose(1, 2)\n"
+                "                   for z in self.qkv(x).chunk(3, dim=-1))\n"
+                "        scores = (q @ k.mT).masked_fill(self.mask[:t, :t], float('-inf'))\n"
+                "        weights = self.dropout(torch.softmax(scores, dim=-1))\n"
+                "        return self.out_proj((weights @ v).transpose(1, 2).reshape(b, t, self.d_out))\n",
+            "combined_from_split": _COMBINED_FROM_SPLIT_LOAD,
+        },
+        "fails": {"test_combined_qkv": "queries, keys, values"},
+    },
+    "part1_crashes_part2_right": {
+        "kind": "mistake",
+        "cells": {
+            "combined_qkv": _COMBINED_INIT +
+                "    def forward(self, x):\n"
+                "        b, t, _ = x.shape\n"
+                "        if t > self.context_length:\n"
+                "            raise ValueError('more tokens than context_length')\n"
+                "        q, k, v = self.qkv(x).view(b, t, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4)\n"
+                "        scores = (q @ k.mT / q.shape[-1] ** 0.5).masked_fill(self.mask[:t, :t], float('-inf'))\n"
+                "        weights = self.dropout(torch.softmax(scores, dim=-1))\n"
+                "        return self.out_proj((weights @ v).transpose(1, 2).view(b, t, self.d_out))\n",
+            "combined_from_split": _COMBINED_FROM_SPLIT_LOAD,
+        },
+        "fails": {"test_combined_qkv": "view size is not compatible"},
+    },
+    # The visible example has dropout 0.0: only the hidden checks see it.
+    "fused_dropout_dropped": {
+        "kind": "mistake",
+        "cells": {"combined_from_split": _COMBINED_FROM_SPLIT_LOAD.replace("mha.dropout.p, mha.num_heads",
+                                                                          "0.0, mha.num_heads")},
+        "fails": {"test_combined_from_split": "dropout rate"},
+    },
+    "mask_float_dtype": {
+        "kind": "mistake",
+        "cells": {"sdpa_causal_bool_mask":
+                  "def sdpa_causal_bool_mask(num_tokens):\n"
+                  "    return torch.tril(torch.ones(num_tokens, num_tokens))\n"},
+        "fails": {"test_sdpa_causal_bool_mask": "bool tensor"},
     },
     "combined_ignores_qkv_bias": {
         "kind": "mistake",

@@ -27,6 +27,8 @@ MHA_CAUSAL = ("earlier tokens see a later one: did you keep the result of masked
               "dimension (the keys)?")
 STACK_HINT = ("head h's weights (and biases) go to rows h*head_dim:(h+1)*head_dim: stack them along dim 0 (the "
               "output rows) with torch.cat([...], dim=0)")
+BIAS_HINT = ("pass qkv_bias=(the heads' layers have biases) to MultiHeadAttention, and stack the heads' biases like "
+             "their weights, along dim 0")
 IDENTITY_HINT = "out_proj must be the identity: weight torch.eye(d_out), bias zero"
 
 
@@ -189,14 +191,11 @@ def built_like_check(what, program, result, cls, args, state, x, seed, hint):
     p.record(result, labels[2], kind="buffers")
     p.record(same, labels[3], kind="buffers")
     x_ref = p.tensor(x)
-    p.call(result.attr("eval"))
-    p.call(same.attr("eval"))
-    p.record(p.call(same, x_ref), labels[4])
-    p.record(p.call(result, x_ref), labels[5])
-    for module, label in ((same, labels[6]), (result, labels[7])):
-        p.call(module.attr("train"))
-        p.seed(seed)
-        p.record(p.call(module, x_ref), label)
+    for mode, pair in (("eval", labels[4:6]), ("train", labels[6:])):
+        for module, label in zip((same, result), pair):
+            p.call(module.attr(mode))
+            p.seed(seed)  # the same random numbers for both, should the class draw any
+            p.record(p.call(module, x_ref), label)
     built = f"{cls}({', '.join(map(repr, args))})"
 
     def judge(got, want):
@@ -359,10 +358,10 @@ def wrapper_to_split_checks(inputs, d_in, head_dim, context, heads, bias, dropou
         return p, wrapper, p.call(G("wrapper_to_split"), wrapper)
 
     p, wrapper, mha = build()
-    p.record(mha.attr("__class__").attr("__name__"), CLASS)
+    p.record(mha.attr("__class__").attr("__name__"), CLASS, STACK_HINT)
     for name in ("W_query", "W_key", "W_value"):
-        for part in ("weight", "bias"):
-            p.record(mha.attr(name).attr(part), f"mha.{name}.{part}", STACK_HINT)
+        p.record(mha.attr(name).attr("weight"), f"mha.{name}.weight", STACK_HINT)
+        p.record(mha.attr(name).attr("bias"), f"mha.{name}.bias", BIAS_HINT)
     p.record(mha.attr("out_proj").attr("weight"), "mha.out_proj.weight", IDENTITY_HINT)
     p.record(mha.attr("out_proj").attr("bias"), "mha.out_proj.bias", IDENTITY_HINT)
     p.record(wrapper, "the wrapper after the call", "copy the wrapper's weights, do not modify them", kind="state")
