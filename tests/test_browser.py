@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import harness
-from conftest import ROOT
+from conftest import ROOT, require
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "artifacts" / "browser"
@@ -27,10 +27,9 @@ CORRECT = {
 }
 WRITTEN_ANSWER = "journey scores highest with itself, then with starts: the two embeddings are nearly the same vector."
 
-if not CHROMIUM.exists():
-    if os.environ.get("CI"):
-        pytest.fail("Debian's chromium is not installed: .ci/run installs it", pytrace=False)
-    pytest.skip("Debian's chromium is not installed (apt-get install chromium)", allow_module_level=True)
+@pytest.fixture(scope="module", autouse=True)
+def chromium():
+    require("chromium", "the browser tests")
 
 from playwright.sync_api import expect, sync_playwright  # noqa: E402
 

@@ -2,8 +2,12 @@
 
 These run notebooks straight through the executor, without nbgrader; tests/test_grading.py runs it inside nbgrader.
 """
+import os
 import sqlite3
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -11,10 +15,10 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 import harness
 from attention_grader import forking
-from conftest import ROOT
+from conftest import ROOT, require
 
 
-def run(*sources, timeout=10, memory_limit=1 << 30, sandbox=True):
+def run(*sources, timeout=10, memory_limit=1 << 30, sandbox=harness.SANDBOX):
     nb = new_notebook(cells=[new_code_cell(source) for source in sources])
     forking.ForkingExecute(timeout=timeout, memory_limit=memory_limit, sandbox=sandbox).preprocess(nb, {})
     return [cell.outputs for cell in nb.cells], forking.EVENTS[-1]
@@ -70,6 +74,7 @@ def test_output_floods_are_cut():
 
 
 def test_student_code_sees_no_course_file_and_cannot_write_outside_its_scratch():
+    require("bwrap", "the sandbox")
     outputs, _ = run(f"import os\nprint(sorted(os.listdir({str(ROOT)!r})))",
                      f"open({str(ROOT / 'source' / 'pwned.txt')!r}, 'w')", "open('scratch.txt', 'w').write('ok')")
     assert text(outputs[0]) == "['.venv', 'attention_course']\n"  # only the environment and the package, read-only
@@ -77,15 +82,34 @@ def test_student_code_sees_no_course_file_and_cannot_write_outside_its_scratch()
     assert outputs[2][0]["data"]["text/plain"] == "2"
 
 
-def test_without_sandbox_the_executor_warns_loudly(monkeypatch):
+def test_without_a_sandbox_the_executor_refuses_to_run_student_code(monkeypatch):
+    monkeypatch.setattr(forking, "sandbox_command", lambda python: None)  # as where bwrap is missing
+    with pytest.raises(forking.SandboxUnavailable, match="apt-get install bubblewrap.*--unsandboxed"):
+        forking.Zygote(sandbox=True)
+
+
+def test_unsandboxed_on_request_the_executor_warns_loudly(monkeypatch):
     monkeypatch.setattr(forking, "_ZYGOTE", None)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         outputs, event = run("print('unsandboxed')", sandbox=False)
     assert text(outputs[0]) == "unsandboxed\n" and event["sandboxed"] is False
-    assert any(issubclass(w.category, forking.SandboxUnavailable) for w in caught)
+    assert any(issubclass(w.category, forking.Unsandboxed) for w in caught)
     forking._ZYGOTE.close()
     monkeypatch.setattr(forking, "_ZYGOTE", None)
+
+
+def test_class_grading_without_a_sandbox_stops_unless_asked(tmp_path):
+    step = "01_dot_product_scores"
+    course_dir = harness.make_course(tmp_path / "course", steps=[step])
+    harness.submit(course_dir, "ada", step, harness.variant_notebook(step, {}))
+    no_bwrap = {**os.environ, "PATH": str(Path(sys.executable).parent)}
+    command = [sys.executable, "-m", "attention_grader.grading", step, "--workers", "1", "--root", str(course_dir)]
+    refused = subprocess.run(command, env=no_bwrap, capture_output=True, text=True)
+    assert refused.returncode == 2 and "Nothing graded" in refused.stdout and "--unsandboxed" in refused.stdout
+    asked = subprocess.run(command + ["--unsandboxed"], env=no_bwrap, capture_output=True, text=True)
+    assert asked.returncode == 0 and asked.stdout.count("WITHOUT a sandbox") == 2, asked.stdout + asked.stderr
+    assert harness.cell_scores(course_dir, step, "ada") == harness.autograded_cells(step)
 
 
 def test_concurrent_workers_on_one_sqlite_gradebook_lose_and_duplicate_no_grade(tmp_path):

@@ -11,7 +11,8 @@ restoring test cells, scoring, the gradebook, feedback and formgrader stay nbgra
 The zygote sees the Python environment, the student package and this file, read-only, and nothing else of the
 course: no source/, no solutions, no judges, no gradebook, no other submission. It has no network and writes only to its own /tmp.
 Each child also runs under a memory limit and a per-cell timeout; a crash or os._exit ends that child only.
-Without bubblewrap the executor still works, and warns loudly that student code runs unsandboxed.
+Without a working bubblewrap the executor refuses to run student code, unless told to (`sandbox=False`, which
+`course.py grade --unsandboxed` sets): then it warns loudly, and the class summary says so.
 """
 import base64
 import io
@@ -40,8 +41,18 @@ OUTPUT_LIMIT = 1_000_000  # characters of text output kept per cell; LimitOutput
 EVENTS = []  # one record per executed notebook, read by the class grader
 
 
-class SandboxUnavailable(RuntimeWarning):
+class SandboxUnavailable(RuntimeError):
+    """Student code is not run without the sandbox unless the instructor asks for it."""
+
+
+class Unsandboxed(RuntimeWarning):
     pass
+
+
+NO_SANDBOX = ("bubblewrap (bwrap) is missing or does not work here, and the course does not run student code without "
+              "its sandbox. Install it (Debian/Ubuntu: apt-get install bubblewrap; it needs unprivileged user "
+              "namespaces), or grade unsandboxed on purpose with `python3 course.py grade --unsandboxed` "
+              "(nbgrader: --ForkingExecute.sandbox=False), where student code can read and write all this user can.")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -80,15 +91,17 @@ class Zygote:
                "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp/matplotlib", "PYTHONHASHSEED": "0"}
         command = sandbox_command(python) if sandbox else None
         self.sandboxed = command is not None and self._sandbox_works(command, python)
+        if sandbox and not self.sandboxed:
+            raise SandboxUnavailable(NO_SANDBOX)
         if self.sandboxed:
             for name, value in env.items():
                 command += ["--setenv", name, value]
             argv = command + [python, SANDBOXED_FILE, "serve"]
             env = None
         else:
-            message = ("grading WITHOUT a sandbox: student code can read and write everything this user can "
+            message = ("grading WITHOUT a sandbox, as asked: student code can read and write everything this user can "
                        "(install Debian's bubblewrap: apt-get install bubblewrap)")
-            warnings.warn(message, SandboxUnavailable, stacklevel=2)
+            warnings.warn(message, Unsandboxed, stacklevel=2)
             if log is not None:
                 log.warning(message)
             argv = [python, THIS_FILE, "serve"]
@@ -177,7 +190,8 @@ class ForkingExecute(NbGraderPreprocessor):
 
     timeout = Integer(60, help="Seconds one cell may run before it is interrupted.").tag(config=True)
     memory_limit = Integer(4 << 30, help="Bytes of address space one notebook may add.").tag(config=True)
-    sandbox = Bool(True, help="Run student code in a bubblewrap sandbox (warns when unavailable).").tag(config=True)
+    sandbox = Bool(True, help="Run student code in a bubblewrap sandbox; False runs it unsandboxed, with a warning "
+                              "(without it, grading stops when the sandbox is unavailable).").tag(config=True)
 
     def preprocess(self, nb, resources):
         code_cells = [cell for cell in nb.cells if cell.cell_type == "code"]

@@ -130,7 +130,7 @@ def reuse_database_connections():
     nbgrader.api.Base.metadata.create_all = create_all_once
 
 
-def worker(root, timeout=None, feedback=True):
+def worker(root, timeout=None, feedback=True, sandbox=True):
     """Grade batches of one assignment's submissions: one nbgrader converter per batch, one warm executor for all."""
     os.chdir(root)
     reuse_database_connections()
@@ -143,9 +143,15 @@ def worker(root, timeout=None, feedback=True):
     config.CourseDirectory.submitted_directory = os.path.join(STAGING, "submitted")
     if timeout:
         config.ForkingExecute.timeout = timeout
+    if not sandbox:
+        config.ForkingExecute.sandbox = False
     coursedir = CourseDirectory(config=config)
     api = NbGraderAPI(coursedir=coursedir, config=config)
-    forking.zygote(sandbox=config.ForkingExecute.get("sandbox", True))  # warm up before the first submission
+    try:
+        forking.zygote(sandbox=config.ForkingExecute.get("sandbox", True))  # warm up before the first submission
+    except (forking.SandboxUnavailable, RuntimeError) as error:
+        print(json.dumps({"ready": False, "error": str(error)}), flush=True)
+        return 2
     print(json.dumps({"ready": True, "sandboxed": forking._ZYGOTE.sandboxed}), flush=True)
     everyone = {p.name for p in (Path(root) / STAGING / "submitted").iterdir()}
     for line in sys.stdin:
@@ -171,9 +177,10 @@ def worker(root, timeout=None, feedback=True):
 
 
 class Worker:
-    def __init__(self, root, timeout=None, feedback=True):
+    def __init__(self, root, timeout=None, feedback=True, sandbox=True):
         command = [sys.executable, "-m", "attention_grader.grading", "--worker", str(root)]
         command += (["--timeout", str(timeout)] if timeout else []) + ([] if feedback else ["--no-feedback"])
+        command += [] if sandbox else ["--unsandboxed"]
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         self.ready = json.loads(self.process.stdout.readline() or '{"ready": false}')
         self.task = None
@@ -225,7 +232,7 @@ def batches(pairs, workers):
 
 
 def grade_class(root, assignments=None, students=None, workers=2, csv_path="grades.csv", timeout=None,
-                feedback=True, shard=None, out=sys.stdout):
+                feedback=True, shard=None, sandbox=True, out=sys.stdout):
     """Autograde and generate feedback for every submission found; return the list of per-submission results."""
     import select
 
@@ -238,10 +245,18 @@ def grade_class(root, assignments=None, students=None, workers=2, csv_path="grad
     _register(root, pairs, out)
     results, queue = [], batches(pairs, workers)
     progress = Progress(len(pairs))
-    pool = [Worker(root, timeout, feedback) for _ in range(max(1, min(workers, len(queue))))]
-    if any(not w.ready.get("sandboxed") for w in pool):
-        print("WARNING: student code runs WITHOUT a sandbox (bubblewrap missing or not working): it can read "
-              "the solutions and write the gradebook. Install Debian's bubblewrap.", file=out)
+    pool = [Worker(root, timeout, feedback, sandbox) for _ in range(max(1, min(workers, len(queue))))]
+    refused = next((w.ready["error"] for w in pool if not w.ready.get("ready")), None)
+    if refused:
+        for w in pool:
+            w.close()
+        print(f"Nothing graded: {refused}", file=out)
+        return []
+    unsandboxed = ("WARNING: student code ran WITHOUT a sandbox (--unsandboxed): it could read the solutions and the "
+                   "grading secret and write the gradebook. Install Debian's bubblewrap."
+                   if any(not w.ready.get("sandboxed") for w in pool) else "")
+    if unsandboxed:
+        print(unsandboxed, file=out)
     busy = {}
     for w in pool:
         if queue:
@@ -259,7 +274,7 @@ def grade_class(root, assignments=None, students=None, workers=2, csv_path="grad
                          "error": "the grading worker died", "flags": ["crashed"], "feedback": False}
                         for student in w.task["students"]]
                 w.close()
-                w = Worker(root, timeout, feedback)
+                w = Worker(root, timeout, feedback, sandbox)
             for result in done:
                 result["problems"] = staged_problems[(result["student"], result["assignment"])]
             results += done
@@ -276,6 +291,8 @@ def grade_class(root, assignments=None, students=None, workers=2, csv_path="grad
     if (root / csv_path).exists():
         neutralise_csv(root / csv_path)
     summarize(root, results, csv_path, out)
+    if unsandboxed:
+        print(unsandboxed, file=out)
     return results
 
 
@@ -364,19 +381,21 @@ def main(argv=None):
     parser.add_argument("--shard", help="K/N: grade only the K-th of N shares of the students (several machines, "
                                           "one gradebook)")
     parser.add_argument("--no-feedback", dest="feedback", action="store_false", help="skip generate_feedback")
+    parser.add_argument("--unsandboxed", dest="sandbox", action="store_false",
+                        help="run student code without the bubblewrap sandbox (stamped on the summary)")
     parser.add_argument("--csv", default="grades.csv", help="where to export the grades (default: grades.csv)")
     parser.add_argument("--root", default=os.getcwd(), help=argparse.SUPPRESS)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        return worker(args.worker, args.timeout, args.feedback)
+        return worker(args.worker, args.timeout, args.feedback, args.sandbox)
     unsafe = [name for name in (args.student or []) + args.assignments if not is_safe_id(name)]
     if unsafe:
         parser.error(printable(f"not a valid id: {', '.join(map(repr, unsafe))} (letters, digits and . _ @ + - only)"))
     shard = tuple(int(part) for part in args.shard.split("/")) if args.shard else None
     results = grade_class(args.root, args.assignments or None, args.student, args.workers, args.csv, args.timeout,
-                          args.feedback, shard)
-    return 0 if all(r["success"] for r in results) else 1
+                          args.feedback, shard, args.sandbox)
+    return 0 if results and all(r["success"] for r in results) else 1 if results else 2
 
 
 if __name__ == "__main__":

@@ -1,5 +1,9 @@
 """Submission bank for step 07: correct variants written another way, and common mistakes."""
 
+# The cheats of tests/bank/integrity.py ride on this mistake: its visible tests pass and its output is wrong, so only
+# the hidden checks can take its points, and a cheat that skips or silences them must not keep them.
+CHEATS_RIDE_ON = "dropout_never_applied"
+
 # The answer key's MultiHeadAttention calls split_heads and merge_heads, so a mistake in either also breaks
 # Part 3. Part 4's visible test runs the MultiHeadAttention that wrapper_to_split returns, so a mistake of Part 3 that
 # shows on its small example breaks Part 4 too; its hidden checks judge the weights and sizes wrapper_to_split chose,

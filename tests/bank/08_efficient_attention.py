@@ -1,5 +1,10 @@
 """Submission bank for step 08: correct variants written another way, and common mistakes."""
 
+# The cheats of tests/bank/integrity.py ride on this mistake: its visible tests pass (their input is as long as
+# context_length), so only the hidden checks can take its points, and a cheat that skips or silences them must not
+# keep them.
+CHEATS_RIDE_ON = "combined_mask_not_sliced"
+
 # Part 1's class with a correct __init__ and a forward that computes the wrong thing or crashes: Part 2 builds one
 # (combined_from_split must return a MultiHeadAttentionCombinedQKV), but is judged on the weights it copies and the
 # sizes it passes, so it keeps its points.
