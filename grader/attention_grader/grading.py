@@ -62,6 +62,14 @@ def find_submissions(root, assignments=None, students=None, shard=None):
     return pairs, refused
 
 
+def export(root, csv_path):
+    """`nbgrader export` of the whole gradebook, made safe for spreadsheets."""
+    subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "export", f"--to={csv_path}"], cwd=root,
+                   check=False, capture_output=True)
+    if (Path(root) / csv_path).exists():
+        neutralise_csv(Path(root) / csv_path)
+
+
 def neutralise_csv(path):
     """Rewrite an exported CSV so that no cell is read as a spreadsheet formula (OWASP: CSV injection)."""
     with open(path, newline="") as file:
@@ -286,10 +294,7 @@ def grade_class(root, assignments=None, students=None, workers=2, csv_path="grad
                 w.close()
     for w in pool:
         w.close()
-    subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "export", f"--to={csv_path}"], cwd=root,
-                   check=False, capture_output=True)
-    if (root / csv_path).exists():
-        neutralise_csv(root / csv_path)
+    export(root, csv_path)
     summarize(root, results, csv_path, out)
     if unsandboxed:
         print(unsandboxed, file=out)
@@ -384,11 +389,17 @@ def main(argv=None):
     parser.add_argument("--unsandboxed", dest="sandbox", action="store_false",
                         help="run student code without the bubblewrap sandbox (stamped on the summary)")
     parser.add_argument("--csv", default="grades.csv", help="where to export the grades (default: grades.csv)")
+    parser.add_argument("--export-only", action="store_true",
+                        help="only write grades.csv from the gradebook (after every shard has finished)")
     parser.add_argument("--root", default=os.getcwd(), help=argparse.SUPPRESS)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         return worker(args.worker, args.timeout, args.feedback, args.sandbox)
+    if args.export_only:
+        export(args.root, args.csv)
+        print(f"Grades: {args.csv}")
+        return 0
     unsafe = [name for name in (args.student or []) + args.assignments if not is_safe_id(name)]
     if unsafe:
         parser.error(printable(f"not a valid id: {', '.join(map(repr, unsafe))} (letters, digits and . _ @ + - only)"))

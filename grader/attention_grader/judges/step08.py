@@ -105,7 +105,8 @@ def combined_from_split_checks(inputs, d_in, d_out, heads, context, bias, dropou
     p.record(combined.attr("qkv").attr("weight"), "combined.qkv.weight", stack)
     p.record(combined.attr("qkv").attr("bias"), "combined.qkv.bias",
              "the biases are fused like the weights; create the module with qkv_bias=mha.W_query.bias is not None")
-    p.record(combined.attr("out_proj").attr("weight"), "combined.out_proj.weight", "copy out_proj too (weight and bias)")
+    p.record(combined.attr("out_proj").attr("weight"), "combined.out_proj.weight",
+             "copy out_proj too (weight and bias)")
     p.record(combined.attr("out_proj").attr("bias"), "combined.out_proj.bias", "copy out_proj's bias too")
     p.record(mha, "mha after the call", "copy the weights into the new module; do not modify mha", kind="state")
     checks = [returns_check(what, p)]
