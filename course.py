@@ -140,7 +140,7 @@ def main(argv):
         os.execv(VENV / "bin" / "jupyter", ["jupyter", "lab", *args])
     if command == "test":
         # Two workers; --dist loadscope keeps the cells of one notebook together on one worker for nbval.
-        options = argv[1:] or ["-n", "2", "--dist", "loadscope"]
+        options = argv[1:] or ["-n", "2", "--dist", "loadscope", "--durations=10"]
         return subprocess.call([sys.executable, "-m", "pytest", *options])
     if command == "grade":
         from attention_grader.grading import main as grade

@@ -212,6 +212,9 @@ def main():
           f"gradebook, files: {(worker_seconds - executor_seconds) / total:.3f} s per notebook); "
           f"{fast_seconds - worker_seconds / fast_cores:.1f} s of wall time outside the workers (staging, start-up "
           f"and warm-up, export)")
+    judge_seconds = sum(result.get("judge_seconds", 0.0) for result in results)
+    print(f"of nbgrader's own work, judging (planning hidden inputs, running the reference, comparing records): "
+          f"{judge_seconds:.1f} s ({judge_seconds / total:.3f} s per notebook)")
     print(f"plain nbgrader: {autograde_seconds / plain_count:.2f} s per notebook (autograde, "
           f"{len(steps)} command starts included)")
     print()

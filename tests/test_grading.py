@@ -69,12 +69,26 @@ def grade_step(base, step, tmp_path):
     }
 
 
+IDENTITY_CHEATS = ["cheat_copies_test_cells", "cheat_displays_a_value", "cheat_rewrites_check_code",
+                   "cheat_skips_the_probe"]
+
+
+def identity_sample(step):
+    """The variants plain nbgrader grades too: a few of every kind (the whole bank is in the grading benchmark).
+    Variants that would damage an unsandboxed course, or whose effect depends on timing, are left out."""
+    variants = {name: v for name, v in harness.bank(step).items() if not (v.get("stock_hole") or v.get("at_most"))}
+    sample = {}
+    for kind in ("correct", "mistake", "broken"):
+        sample.update({name: variants[name] for name in sorted(n for n, v in variants.items() if v["kind"] == kind)[:3]})
+    sample.update({name: variants[name] for name in IDENTITY_CHEATS if name in variants})
+    return sample
+
+
 def grade_step_with_kernels(base, step, tmp_path):
-    """Plain nbgrader: `nbgrader autograde` with its own Execute, one Jupyter kernel per notebook. Variants that
-    would damage an unsandboxed course, or whose effect depends on timing, are left out."""
+    """Plain nbgrader: `nbgrader autograde` with its own Execute, one Jupyter kernel per notebook."""
     course_dir = tmp_path / f"{step}-kernels"
     shutil.copytree(base, course_dir)
-    variants = {name: v for name, v in harness.bank(step).items() if not (v.get("stock_hole") or v.get("at_most"))}
+    variants = identity_sample(step)
     submit_class(course_dir, step, variants)
     harness.nbgrader(course_dir, "autograde", step, "--force", "--Execute.timeout=10", check=False,
                      env={"COURSE_EXECUTOR": "kernel"})

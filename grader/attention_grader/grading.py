@@ -171,17 +171,19 @@ def worker(root, timeout=None, feedback=True, sandbox=True):
         made = api.generate_feedback(assignment, "*") if feedback else {"success": False, "log": ""}
         failed = set(re.findall(r"error processing assignment '[^']*' for student '([^']*)'", graded["log"]))
         unfed = set(re.findall(r"for student '([^']*)'", made.get("log", ""))) if not made["success"] else set()
-        flags, executed = {}, {}
+        flags, executed, judge = {}, {}, {}
         for event in forking.EVENTS[before:] + judging.EVENTS[judged:]:
             flags.setdefault(event["student"], set()).update(event["flags"])
             executed[event["student"]] = executed.get(event["student"], 0.0) + event.get("seconds", 0.0)
+            judge[event["student"]] = judge.get(event["student"], 0.0) + event.get("judge_seconds", 0.0)
         share = (time.perf_counter() - started) / len(batch)
         print(json.dumps({"assignment": assignment, "results": [
             {"student": student, "assignment": assignment, "success": student not in failed,
              "error": graded["log"][-2000:] if student in failed else "",
              "feedback": feedback and student not in failed and (made["success"] or student not in unfed),
              "flags": sorted(flags.get(student, ())), "seconds": share,
-             "executor_seconds": executed.get(student, 0.0)} for student in batch]}), flush=True)
+             "executor_seconds": executed.get(student, 0.0), "judge_seconds": judge.get(student, 0.0)}
+            for student in batch]}), flush=True)
 
 
 class Worker:

@@ -20,6 +20,7 @@ import json
 import math
 import os
 import secrets
+import time
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from io import StringIO
@@ -38,7 +39,7 @@ except ImportError:  # pragma: no cover
 
 HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 RECORDS_LIMIT = 4_000_000  # characters of records one cell may publish
-EVENTS = []  # {"student", "flags"} per judged notebook with a problem, read by the class grader
+EVENTS = []  # {"student", "flags", "judge_seconds"} per judged notebook, read by the class grader
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -425,6 +426,7 @@ class PlanHiddenChecks(NbGraderPreprocessor):
 
     def preprocess(self, nb, resources):
         from nbgrader.coursedir import CourseDirectory
+        started = time.perf_counter()
         coursedir = CourseDirectory(config=self.config)
         info = resources["nbgrader"]
         secret = read_secret(self.secret_file or Path(coursedir.root) / ".grading_secret")
@@ -435,6 +437,7 @@ class PlanHiddenChecks(NbGraderPreprocessor):
             plans[cell_id] = checks
             cell.source = with_probe(cell.source, cell_id, checks)
         resources["hidden_checks"] = plans
+        resources["planning_seconds"] = time.perf_counter() - started
         resources["reference_notebook"] = str(Path(coursedir.format_path(
             coursedir.source_directory, ".", info["assignment"])) / f"{info['notebook']}.ipynb")
         return nb, resources
@@ -513,6 +516,7 @@ class JudgeCells(NbGraderPreprocessor):
     """After execution: each test cell's outputs become the judges' verdicts (see the module's docstring)."""
 
     def preprocess(self, nb, resources):
+        started = time.perf_counter()
         plans = resources.get("hidden_checks", {})
         namespace = reference_namespace(resources["reference_notebook"])
         sources = {cell.metadata["nbgrader"]["grade_id"]: cell.source for cell in nb.cells
@@ -523,6 +527,6 @@ class JudgeCells(NbGraderPreprocessor):
                 continue
             cell.outputs, cell_flags = verdict(cell.get("outputs", []), cell_id, plans[cell_id], namespace, sources)
             flags.update(cell_flags)
-        if flags:
-            EVENTS.append({"student": resources["nbgrader"]["student"], "flags": sorted(flags)})
+        EVENTS.append({"student": resources["nbgrader"]["student"], "flags": sorted(flags),
+                       "judge_seconds": time.perf_counter() - started + resources.get("planning_seconds", 0.0)})
         return nb, resources
