@@ -143,3 +143,15 @@ def test_an_executor_that_cannot_start_says_why_and_what_to_do(monkeypatch, tmp_
             forking.Zygote(sandbox=False)
     assert "it exited" in str(error.value) and "missing.py" in str(error.value)
     assert "What to do" in str(error.value)
+
+
+def test_a_display_flood_is_dropped_with_a_note_and_grading_goes_on():
+    outputs, _ = run("from IPython.display import HTML, display\ndisplay(HTML('x' * 50_000_000))", "print('after')")
+    assert "larger than the grader's limit was dropped" in text(outputs[0]) and text(outputs[1]) == "after\n"
+    assert all(o["output_type"] == "stream" for o in outputs[0])
+
+
+def test_processes_a_notebook_leaves_running_end_with_it():
+    run("import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])")
+    outputs, _ = run("import os, time\ntime.sleep(0.5)\nprint(os.popen('ps -eo args').read().count('time.sleep(60)'))")
+    assert text(outputs[0]) == "0\n"

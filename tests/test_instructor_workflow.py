@@ -78,3 +78,25 @@ def test_exported_cells_that_a_spreadsheet_would_run_are_neutralised(tmp_path):
     with open(path, newline="") as f:
         assert list(csv.reader(f)) == [["student_id", "score"], ["'=1+1", "3"], ["'+cmd", "'@SUM(A1)"],
                                        ["'-2", "'\tx"], ["ada", "7.0"]]
+
+
+def test_staging_copies_plain_files_only(tmp_path):
+    """Links, hard links, device files, FIFOs and huge files in a submission are not copied (nor followed)."""
+    import os
+    from attention_grader.grading import FILE_LIMIT, copy_plain_files
+    source, target = tmp_path / "submission", tmp_path / "staged"
+    source.mkdir()
+    (source / "notebook.ipynb").write_text("{}")
+    classmate = tmp_path / "classmate.ipynb"
+    classmate.write_text("their work")
+    (source / "copied.ipynb").symlink_to(classmate)
+    (source / "passwd").symlink_to("/etc/passwd")
+    (source / "zeros").symlink_to("/dev/zero")
+    (source / "folder").symlink_to(tmp_path)
+    os.link(classmate, source / "hard.ipynb")
+    os.mkfifo(source / "pipe")
+    with open(source / "huge.bin", "wb") as f:
+        f.truncate(FILE_LIMIT + 1)
+    problems = copy_plain_files(source, target)
+    assert sorted(p.name for p in target.iterdir()) == ["notebook.ipynb"]
+    assert len(problems) == 7 and all(p.endswith("not graded") for p in problems), problems

@@ -38,6 +38,8 @@ except ImportError:  # pragma: no cover
 THIS_FILE = os.path.abspath(__file__)
 SANDBOXED_FILE = "/grader/forking.py"  # where the zygote sees this file, alone
 OUTPUT_LIMIT = 1_000_000  # characters of text output kept per cell; LimitOutput trims further
+DISPLAY_LIMIT = 8_000_000  # characters of displayed data (plots, HTML, the probe's records) kept per cell
+NOTEBOOK_DISPLAY_LIMIT = 32_000_000  # ... and per notebook
 EVENTS = []  # one record per executed notebook, read by the class grader
 
 
@@ -343,6 +345,7 @@ def _relay(pid, messages, out, cell_timeout, len_sources):
             break
     messages.close()
     _, status = os.waitpid(pid, 0)
+    _kill(pid)  # what the notebook left running in its process group ends with it, before the next notebook
     if end is None:
         if os.WIFSIGNALED(status):
             detail = f"the notebook's process was killed by signal {os.WTERMSIG(status)}"
@@ -396,17 +399,35 @@ def _child(request, channel, resource, plt, shell, DisplayHook, DisplayPublisher
                 outputs.append({"output_type": "stream", "name": self.name, "text": text})
             return len(text)
 
+    shown = {"cell": 0, "notebook": 0}
+
+    def keep_display(output):
+        """Append a display output unless it passes the cell's or the notebook's cap; then say so, once a cell."""
+        try:
+            size = len(json.dumps(output, default=str))
+        except (TypeError, ValueError, RecursionError):
+            size = DISPLAY_LIMIT + 1
+        if shown["cell"] + size > DISPLAY_LIMIT or shown["notebook"] + size > NOTEBOOK_DISPLAY_LIMIT:
+            if shown["cell"] <= DISPLAY_LIMIT:
+                outputs.append({"output_type": "stream", "name": "stdout", "text": "[a display larger than the "
+                                "grader's limit was dropped]\n"})
+            shown["cell"] = DISPLAY_LIMIT + 1
+            return
+        shown["cell"] += size
+        shown["notebook"] += size
+        outputs.append(output)
+
     class Publisher(DisplayPublisher):
         def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):
-            outputs.append({"output_type": "display_data", "data": data, "metadata": metadata or {}})
+            keep_display({"output_type": "display_data", "data": data, "metadata": metadata or {}})
 
     class Hook(DisplayHook):
         def write_output_prompt(self):
             pass
 
         def write_format_data(self, format_dict, md_dict=None):
-            outputs.append({"output_type": "execute_result", "data": format_dict, "metadata": md_dict or {},
-                            "execution_count": self.prompt_count})
+            keep_display({"output_type": "execute_result", "data": format_dict, "metadata": md_dict or {},
+                          "execution_count": self.prompt_count})
 
         def finish_displayhook(self):
             pass
@@ -427,7 +448,7 @@ def _child(request, channel, resource, plt, shell, DisplayHook, DisplayPublisher
     signal.signal(signal.SIGALRM, on_alarm)
     for index, source in enumerate(request["sources"]):
         outputs.clear()
-        sys.stdout.size = sys.stderr.size = 0
+        sys.stdout.size = sys.stderr.size = shown["cell"] = 0
         signal.alarm(request["cell_timeout"])
         try:
             result = shell.run_cell(source, store_history=True)
@@ -439,9 +460,9 @@ def _child(request, channel, resource, plt, shell, DisplayHook, DisplayPublisher
             figure = plt.figure(number)
             png = io.BytesIO()
             figure.savefig(png, format="png", bbox_inches="tight")
-            outputs.append({"output_type": "display_data", "metadata": {},
-                            "data": {"image/png": base64.b64encode(png.getvalue()).decode(),
-                                     "text/plain": f"<Figure size {figure.get_size_inches()}>"}})
+            keep_display({"output_type": "display_data", "metadata": {},
+                          "data": {"image/png": base64.b64encode(png.getvalue()).decode(),
+                                   "text/plain": f"<Figure size {figure.get_size_inches()}>"}})
         plt.close("all")
         error = None if result is None else (result.error_before_exec or result.error_in_exec)
         if result is None or isinstance(error, _CellTimeout):

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -87,14 +88,36 @@ def placeholder(release_path, reason):
     return nb
 
 
+FILE_LIMIT = 20_000_000  # bytes of one submitted file
+
+
+def copy_plain_files(source, target):
+    """Copy the regular files under `source`, never following a link; what is not copied, and why."""
+    problems = []
+    for folder, folders, files in os.walk(source):  # os.walk does not enter linked folders
+        relative = Path(folder).relative_to(source)
+        (target / relative).mkdir(parents=True, exist_ok=True)
+        for name in sorted(files + [f for f in folders if os.path.islink(os.path.join(folder, f))]):
+            path, shown = Path(folder) / name, relative / name
+            info = path.lstat()
+            why = ("is a link" if stat.S_ISLNK(info.st_mode) else "is not a regular file (device, FIFO or socket)"
+                   if not stat.S_ISREG(info.st_mode) else "is a hard link to a file elsewhere" if info.st_nlink > 1
+                   else f"is larger than {FILE_LIMIT // 1_000_000} MB" if info.st_size > FILE_LIMIT else None)
+            if why:
+                problems.append(f"{shown} {why}: not graded")
+                continue
+            with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as src, open(target / shown, "wb") as dst:
+                dst.write(src.read(FILE_LIMIT))
+    return problems
+
+
 def stage(root, student, assignment):
     """Copy one submission to the staging folder nbgrader reads; replace unreadable or missing notebooks."""
     import nbformat
     source = Path(root) / "submitted" / student / assignment
     target = Path(root) / STAGING / "submitted" / student / assignment
     shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(source, target, symlinks=False, ignore_dangling_symlinks=True)
-    problems = []
+    problems = copy_plain_files(source, target)
     for release_path in sorted((Path(root) / "release" / assignment).glob("*.ipynb")):
         path = target / release_path.name
         reason = None
@@ -354,8 +377,8 @@ def summarize(root, results, csv_path, out):
     flagged = [r for r in results if r["flags"] or r["problems"] or not r["success"]]
     print(f"\nFlagged: {len(flagged)}", file=out)
     for r in flagged:
-        what = sorted(set(r["flags"] + (["unreadable"] if r["problems"] else []) + ([] if r["success"] else
-                                                                                    ["not graded"])))
+        what = sorted(set(r["flags"] + ["refused files" if p.endswith("not graded") else "unreadable"
+                                        for p in r["problems"]] + ([] if r["success"] else ["not graded"])))
         detail = "; ".join(r["problems"]) or nbgrader_message(r["error"])
         print(printable(f"  {r['student']} / {r['assignment']}: {', '.join(what)}" + (f" ({detail})" if detail
                                                                                       else "")), file=out)
