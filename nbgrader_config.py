@@ -5,7 +5,7 @@ from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPrep
 from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, Execute, GetGrades,
                                     IgnorePattern, LimitOutput, OverwriteKernelspec, SaveAutoGrades)
 
-from attention_grader.feedback import HideHiddenTests
+from attention_grader.feedback import HideHiddenTests, SanitizeStudentHTML
 from attention_grader.forking import ForkingExecute
 from attention_grader.judging import JudgeCells, PlanHiddenChecks
 from attention_grader.sanitize import DropDuplicateIds, RestoreCells
@@ -58,7 +58,11 @@ c.IgnorePattern.pattern = r"^(?:(?!Traceback)[\s\S])*Warning"
 c.OverwriteCells.add_missing_cells = True
 
 # Feedback shows what failed and why, never the hidden checks (see attention_grader/feedback.py).
-c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, CSSHTMLHeaderPreprocessor]
+# Student markdown and outputs are shown without running any script, in feedback and in formgrader (whose view of a
+# submission is an HTMLExporter built from this config): nbconvert's bleach-based SanitizeHTML, also applied to markdown syntax.
+c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, SanitizeStudentHTML, CSSHTMLHeaderPreprocessor]
+c.HTMLExporter.preprocessors = [SanitizeStudentHTML]
+c.HTMLExporter.sanitize_html = True
 
 # Assignments go out and come back through an exchange folder inside the course (git-ignored); on a shared
 # JupyterHub point this at the hub's exchange instead.

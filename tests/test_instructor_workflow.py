@@ -100,3 +100,43 @@ def test_staging_copies_plain_files_only(tmp_path):
     problems = copy_plain_files(source, target)
     assert sorted(p.name for p in target.iterdir()) == ["notebook.ipynb"]
     assert len(problems) == 7 and all(p.endswith("not graded") for p in problems), problems
+
+
+HOSTILE_MARKDOWN = ("<script>document.title='pwned'</script><img src=x onerror=\"document.title='pwned'\"> "
+                    "[click](javascript:document.title='pwned') <svg><script>document.title='pwned'</script></svg>")
+HOSTILE_OUTPUTS = (
+    "from IPython.display import HTML, SVG, display\n"
+    "display(HTML(\"<script>document.title='pwned'</script><img src=x onerror=\\\"document.title='pwned'\\\">\"))\n"
+    "display(SVG('<svg xmlns=\"http://www.w3.org/2000/svg\"><script>document.title=\\'pwned\\'</script></svg>'))\n")
+
+
+def active_parts(page):
+    """The scripts, event handlers and javascript: links of an HTML page that a student wrote."""
+    from html.parser import HTMLParser
+
+    class Parser(HTMLParser):
+        found, in_script = [], False
+
+        def handle_starttag(self, tag, attrs):
+            self.in_script = tag == "script"
+            self.found += [f"{tag} {name}" for name, value in attrs
+                           if name.startswith("on") or (value or "").strip().lower().startswith("javascript:")]
+
+        def handle_data(self, data):
+            if self.in_script and "pwned" in data:
+                self.found.append(f"script {data[:40]}")
+
+    parser = Parser()
+    parser.feed(page)
+    return parser.found
+
+
+def test_feedback_shows_student_html_without_running_it(tmp_path):
+    step = STEPS[0]
+    course_dir = harness.make_course(tmp_path / "course", steps=[step])
+    cells = {"reading_the_scores": HOSTILE_MARKDOWN,
+             "attention_scores": HOSTILE_OUTPUTS + "def attention_scores(inputs):\n    return inputs @ inputs.mT\n"}
+    harness.submit(course_dir, "mallory", step, harness.variant_notebook(step, cells))
+    harness.grade_class(course_dir, step)
+    page = (course_dir / "feedback" / "mallory" / step / f"{step}.html").read_text()
+    assert "pwned" in page and active_parts(page) == []
