@@ -17,6 +17,7 @@ import pytest
 
 import harness
 from conftest import ROOT, require
+from test_instructor_workflow import HOSTILE_MARKDOWN, HOSTILE_OUTPUTS
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "artifacts" / "browser"
@@ -25,6 +26,9 @@ CORRECT = {
     "def attention_scores_for_query": "def attention_scores_for_query(inputs, query):\n    return inputs @ query\n",
     "def attention_scores(inputs)": "def attention_scores(inputs):\n    return inputs @ inputs.transpose(-2, -1)\n",
 }
+# A submission that tries to run script in the instructor's browser: in markdown, in an HTML output, in an SVG.
+HOSTILE = {"reading_the_scores": HOSTILE_MARKDOWN,
+           "attention_scores": HOSTILE_OUTPUTS + "def attention_scores(inputs):\n    return inputs @ inputs.mT\n"}
 WRITTEN_ANSWER = "journey scores highest with itself, then with starts: the two embeddings are nearly the same vector."
 
 @pytest.fixture(scope="module", autouse=True)
@@ -62,6 +66,7 @@ def server(tmp_path_factory):
     # An instructor has generated the assignment and collected one submission (the answer key).
     harness.nbgrader(course_dir, "generate_assignment", STEP, "--force")
     harness.submit(course_dir, "alice", STEP, harness.variant_notebook(STEP, {}))
+    harness.submit(course_dir, "mallory", STEP, harness.variant_notebook(STEP, HOSTILE))
 
     port, token = free_port(), os.urandom(16).hex()
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(course_dir / "runtime")}
@@ -229,3 +234,22 @@ def test_instructor_sees_assignments_and_autogrades_from_formgrader(page, server
     page.locator(".modal-footer button").first.click()
     expect(row.locator("td.score")).to_contain_text(f"{full:g} / ")
     page.shot("2-autograded")
+
+
+def test_no_script_of_a_submission_runs_in_formgrader_or_feedback(page, server):
+    harness.nbgrader(server["dir"], "autograde", STEP, "--student", "mallory")
+    harness.nbgrader(server["dir"], "generate_feedback", STEP, "--student", "mallory")
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{server['dir'] / 'gradebook.db'}", "attention-step-by-step") as gradebook:
+        submission = gradebook.find_submission_notebook(STEP, STEP, "mallory").id
+    page.goto(f"{server['url']}/lab?token={server['token']}")
+    page.locator(".jp-LabShell").wait_for()
+    views = {"formgrader": f"{server['url']}/formgrader/submissions/{submission}/",
+             "feedback": (server["dir"] / "feedback" / "mallory" / STEP / f"{STEP}.html").as_uri()}
+    for name, url in views.items():
+        page.goto(url)
+        expect(page.get_by_text("click", exact=False).first).to_be_visible()
+        page.wait_for_timeout(1000)  # time for an onerror handler to fire
+        page.shot(name)
+        assert page.title() != "pwned", f"a script of the submission ran in {name}"
+        assert page.evaluate("document.querySelectorAll('[onerror], a[href^=\\'javascript:\\']').length") == 0
