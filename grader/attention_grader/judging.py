@@ -177,9 +177,14 @@ class Inputs:
 # ---------------------------------------------------------------------------------------------------------------
 
 def _kind(record):
-    if not isinstance(record, dict) or len(record) != 1 and set(record) != {"raised", "message"}:
+    if not isinstance(record, dict) or not record:
+        raise PlanError("a record must be an object")
+    for kind in ("raised", "type"):  # the two records with two fields
+        if kind in record:
+            return kind
+    if len(record) != 1:
         raise PlanError("a record must be an object with one field")
-    return "raised" if "raised" in record else next(iter(record))
+    return next(iter(record))
 
 
 def describe(record):
@@ -220,7 +225,7 @@ def compare(got, want, name, expect):
             return (f"{name} has the wrong shape\n  expected: {tuple(expected.shape)}\n"
                     f"  got:      {tuple(actual.shape)}")
         if expected.dtype == torch.bool and actual.dtype != torch.bool:
-            return f"{name} should be a bool tensor (True = hidden), got dtype {actual.dtype}"
+            return f"{name} should be a bool tensor, got dtype {actual.dtype}"
         if not expected.is_floating_point():
             if not torch.equal(actual.to(expected.dtype), expected):
                 return f"{name} has the wrong entries ({int((actual.to(expected.dtype) != expected).sum())} differ)"
