@@ -340,19 +340,35 @@ def expect_value_error(what, program, argument):
     return Check(what, program, judge=judge)
 
 
+def names_used(sources, grade_id):
+    """Every name and attribute the submitted cell uses, with its call or reference as written; None when it does
+    not parse (the kernel reports that)."""
+    try:
+        tree = ast.parse(sources.get(grade_id, ""))
+    except SyntaxError:
+        return None
+    return [(node.attr if isinstance(node, ast.Attribute) else node.id, ast.unparse(node)) for node in ast.walk(tree)
+            if isinstance(node, (ast.Attribute, ast.Name))]
+
+
 def forbid_calls(what, grade_id, names, hint):
     """A rule about how to write a part, judged from the submitted source: no name or attribute in `names`
     (e.g. {"softmax"} catches torch.softmax, F.softmax, x.softmax and `from torch import softmax`)."""
     def rule(sources):
-        try:
-            tree = ast.parse(sources.get(grade_id, ""))
-        except SyntaxError:
-            return None  # the kernel reports it
-        for node in ast.walk(tree):
-            used = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
-            if used in names:
-                return f"{what}: the code uses {ast.unparse(node)}\n  likely mistake: {hint}"
-        return None
+        used = names_used(sources, grade_id) or []
+        written = next((code for name, code in used if name in names), None)
+        return f"{what}: the code uses {written}\n  likely mistake: {hint}" if written else None
+
+    return Check(what, source_rule=rule)
+
+
+def require_call(what, grade_id, name, hint):
+    """A rule judged from the submitted source: the cell must use `name` (however imported)."""
+    def rule(sources):
+        used = names_used(sources, grade_id)
+        if used is None or any(n == name for n, _ in used):
+            return None
+        return f"{what} never calls {name}\n  likely mistake: {hint}"
 
     return Check(what, source_rule=rule)
 

@@ -1,10 +1,10 @@
 """Judges of step 08: fused QKV projection, SDPA's mask convention, attention on SDPA."""
-import ast
 
 import torch
 
 from attention_course import data
-from attention_grader.judging import G, Check, Expect, Program, compare, expect_value_error, raised_message
+from attention_grader.judging import (G, Check, Expect, Program, compare, expect_value_error, raised_message,
+                                     require_call)
 from attention_grader.judges.step07 import (ANY_VALUES, CLASS, attention_state, built_like_check, dropout_check,
                                             first_raised, forward_check, linear_state, returns_check, tensor_of,
                                             with_hint, with_later_tokens_changed)
@@ -171,29 +171,14 @@ def sdpa_causal_bool_mask(inputs):
     return checks
 
 
-def calls_sdpa(what, grade_id):
-    """A rule on the submitted source: the class must call scaled_dot_product_attention (however imported)."""
-    def rule(sources):
-        try:
-            tree = ast.parse(sources.get(grade_id, ""))
-        except SyntaxError:
-            return None  # the kernel reports it
-        for node in ast.walk(tree):
-            if (isinstance(node, ast.Call) and (getattr(node.func, "attr", None) or getattr(node.func, "id", None)) ==
-                    "scaled_dot_product_attention"):
-                return None
-        return (f"{what} never calls F.scaled_dot_product_attention\n  likely mistake: replace the scores, mask, "
-                "softmax, dropout and weighted sum by one F.scaled_dot_product_attention call")
-
-    return Check(what, source_rule=rule)
-
-
 def sdpa_attention(inputs):
     cls = "MultiHeadAttentionSDPA"
     changed = BATCH.clone()
     changed[:, 3:] += 1.0
     checks = [
-        calls_sdpa("MultiHeadAttentionSDPA", "sdpa_attention"),
+        require_call("MultiHeadAttentionSDPA", "sdpa_attention", "scaled_dot_product_attention",
+                     "replace the scores, mask, softmax, dropout and weighted sum by one "
+                     "F.scaled_dot_product_attention call"),
         forward_check("MultiHeadAttentionSDPA(3, 4, 6, 0.5, num_heads=2) in eval mode on the (2, 6, 3) batch", cls,
                       (3, 4, 6, 0.5, 2), attention_state(inputs, 3, 4, False), BATCH, cut=3, changed=changed,
                       **SDPA_HINTS),
