@@ -146,8 +146,9 @@ def test_feedback_shows_failures_but_no_hidden_test(step, graded):
     hidden = harness.blocks(step, *harness.HIDDEN)
     for student, text in graded[step]["feedback"].items():
         # No plan (hidden inputs), no record, and nothing student code printed while the hidden checks ran.
-        for secret in ("attention_course.probe", "application/vnd.attention-course", '"storage"', "HIDDEN-INPUT-SEEN"):
-            assert secret not in text, f"the feedback of {student} on {step} shows {secret!r}"
+        for secret in ("attention_course.probe", "application/vnd.attention-course", '"storage"', "HIDDEN-INPUT-SEEN ["):
+            written = any(secret in line for line in graded[step]["submitted_lines"][student])  # their own code
+            assert written or secret not in text, f"the feedback of {student} on {step} shows {secret!r}"
         # A line the student wrote themselves may happen to equal one of the hidden tests.
         lines = {line.strip() for line in text.splitlines()} - graded[step]["submitted_lines"][student]
         shown = sorted(hidden & lines)

@@ -185,7 +185,9 @@ def variants(step):
                         "stock_hole": name in FILE_CHEATS}
     # Without the probe's records no hidden check can pass: every test cell scores zero and the notebook is flagged.
     result["cheat_skips_the_probe"] = {
-        "kind": "cheat", "on": mistake_name, "fails": {cell: "left no records" for cell in _test_cells_after(step, first)},
+        "kind": "cheat", "on": mistake_name,
+        # the mistake's own cells may fail in the kernel first, with the mistake's message
+        "fails": {cell: "" if cell in fails else "left no records" for cell in _test_cells_after(step, first)},
         "cells": {**mistake["cells"], first: _wrap("import attention_course.probe as _probe\n"
                                                    "_probe.run = lambda *args, **kwargs: None\n")
                   + mistake["cells"][first]}}
