@@ -121,11 +121,11 @@ VARIANTS = {
                    "        return attn_weights @ values\n"),
         },
     },
-    "transfer_assigns_new_parameters": {  # the book's way: new nn.Parameter objects on the same module
+    "transfer_assigns_new_parameters": {  # the book's way with copies: new nn.Parameter objects on the same module
         "kind": "correct",
-        "cells": {TRANSFER: transfer("    sa_v1.W_query = nn.Parameter(sa_v2.W_query.weight.T)\n"
-                                     "    sa_v1.W_key = nn.Parameter(sa_v2.W_key.weight.T)\n"
-                                     "    sa_v1.W_value = nn.Parameter(sa_v2.W_value.weight.T)\n")},
+        "cells": {TRANSFER: transfer("    sa_v1.W_query = nn.Parameter(sa_v2.W_query.weight.T.clone())\n"
+                                     "    sa_v1.W_key = nn.Parameter(sa_v2.W_key.weight.detach().T.clone())\n"
+                                     "    sa_v1.W_value = nn.Parameter(sa_v2.W_value.weight.T.clone())\n")},
     },
     "transfer_load_state_dict": {
         "kind": "correct",
@@ -215,6 +215,19 @@ VARIANTS = {
                          + attention_tail())},
         "fails": {TEST_V2: "global `inputs`"},
     },
+    "v1_forward_reads_global_values": {
+        # `values` of the Part 1 test cell equals inputs @ the lesson's W_value: the visible tests pass
+        "kind": "mistake",
+        "cells": {V1: v1(V1_INIT,
+                         "        queries, keys = x @ self.W_query, x @ self.W_key\n" + attention_tail())},
+        "fails": {TEST_V1: "notebook globals"},
+    },
+    "v2_forward_reads_global_values": {
+        "kind": "mistake",
+        "cells": {V2: v2(V2_INIT,
+                         "        queries, keys = self.W_query(x), self.W_key(x)\n" + attention_tail())},
+        "fails": {TEST_V2: "notebook globals"},
+    },
     "v1_plain_tensors": {
         "kind": "mistake",
         "cells": {V1: v1("        self.W_query = torch.rand(d_in, d_out)\n"
@@ -258,6 +271,14 @@ VARIANTS = {
                                      "        new.W_value.copy_(sa_v2.W_value.weight.T)\n"
                                      "    return new\n")},
         "fails": {TEST_TRANSFER: "in place"},
+    },
+    "transfer_shares_storage_with_v2": {  # the book's way: each nn.Parameter is a view of sa_v2's weight
+        "kind": "mistake",
+        "cells": {TRANSFER: transfer("    sa_v1.W_query = nn.Parameter(sa_v2.W_query.weight.T)\n"
+                                     "    sa_v1.W_key = nn.Parameter(sa_v2.W_key.weight.T)\n"
+                                     "    sa_v1.W_value = nn.Parameter(sa_v2.W_value.weight.T)\n"
+                                     "    return sa_v1\n")},
+        "fails": {TEST_TRANSFER: "shares storage"},
     },
     "transfer_without_no_grad": {
         "kind": "mistake",

@@ -1,5 +1,8 @@
 """Submission bank for step 04: correct variants written another way, and common mistakes."""
 
+# The cheats of tests/bank/integrity.py ride on a mistake that returns wrong values (and fails a visible test).
+CHEATS_RIDE_ON = "scaling_forgotten"
+
 
 def _edit(text, *pairs):
     """`text` with each (old, new) replaced; `old` must occur, so a variant cannot silently stop being one."""
@@ -239,6 +242,13 @@ VARIANTS = {
         "fails": {"test_causal_self_attention": "ABOVE the diagonal"},
     },
     # ---------------------------------------------------------------- mistakes: way 1 and way 2
+    "renormalized_T_from_dim_1": {
+        # T read from dimension 1: right for (T, T) and (b, T, T), wrong with two leading dimensions
+        "kind": "mistake",
+        "cells": {"renormalized_causal_weights": _edit(_RENORMALIZED, ("attn_weights.shape[-1]", "attn_weights.shape[1]"))},
+        "fails": {"test_renormalized_causal_weights": "attn_weights.shape[-1]",
+                  "test_two_ways_agree": "both must give the same weights"},
+    },
     "renormalisation_forgotten": {
         "kind": "mistake",
         "cells": {
@@ -325,7 +335,7 @@ VARIANTS = {
         "cells": {"causal_self_attention": _edit(_MODULE, ("num_tokens = x.shape[1]", "num_tokens = batch.shape[1]"))},
         # the length check reads the notebook's 6-token batch too, so a 7-token context lets 8 tokens through
         "fails": {"test_causal_self_attention": "not a notebook variable",
-                  "test_causal_self_attention_too_long": "should raise ValueError"},
+                  "test_causal_self_attention_too_long": "instead of a ValueError"},
     },
     "forward_reads_notebook_d_k": {
         "kind": "mistake",
@@ -339,6 +349,13 @@ VARIANTS = {
                                                              f"self.{n} = nn.Linear(d_in, d_out)")
                                                             for n in ("W_query", "W_key", "W_value")])},
         "fails": {"test_causal_self_attention": "bias=qkv_bias"},
+    },
+    "mask_fixed_size_six": {
+        # the mask built for the example's 6 tokens, not for context_length: the visible tests use exactly 6
+        "kind": "mistake",
+        "cells": {"causal_self_attention": _edit(_MODULE, (_REGISTER, _REGISTER.replace("context_length, context_length", "6, 6")))},
+        "fails": {"test_causal_self_attention": "self.mask[:T, :T]",
+                  "test_causal_self_attention_mask_buffer": "for context_length tokens"},
     },
     "mask_plain_attribute": {
         "kind": "mistake",

@@ -194,6 +194,9 @@ def variants(step):
     # The thread patches at moments the scheduler picks, so which cells it spoils varies from run to run: a cell
     # that ran while it patched fails (GuardError), and none may score more than the mistake alone.
     result["cheat_thread_repatches_checks"]["at_most"] = True
+    # Patching torch itself can also make a visible test of an honest part fail in the kernel: never more points.
+    for name in ("cheat_global_function_mode", "cheat_patches_torch_allclose"):
+        result[name]["at_most"] = True
     # Test cells edited, deleted, copied or retyped: nbgrader puts the instructor's version back.
     for name, transform in {"cheat_edits_test_cells": _edit_tests, "cheat_deletes_test_cells": _delete_tests,
                             "cheat_copies_test_cells": _copy_tests, "cheat_retypes_test_cells": _retype_tests}.items():

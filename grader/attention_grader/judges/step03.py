@@ -1,0 +1,274 @@
+"""Judges of step 03: scaled dot-product attention, SelfAttention_v1 and _v2, and the weight transfer."""
+import math
+
+import torch
+
+from attention_course import data
+from attention_grader.judging import G, Check, Expect, Program, compare, raised_message
+from attention_grader.judges.step07 import (EXACT, first_raised, forward_check, linear_state, shape_problem,
+                                            tensor_of, with_hint)
+
+INPUTS = data.journey_inputs()  # (6, 3)
+BATCH = data.journey_batch()    # (2, 6, 3)
+NAMES = ("W_query", "W_key", "W_value")
+
+
+def lesson_matrices():
+    """The lesson's (3, 2) matrices: torch.manual_seed(123), then torch.rand(3, 2) three times."""
+    generator = torch.Generator().manual_seed(123)
+    return {name: torch.rand(3, 2, generator=generator) for name in NAMES}
+
+
+LESSON = lesson_matrices()
+INPLACE = "use out-of-place operations: queries / scale, not queries /= scale"
+LAST_TWO = "work on the last two dimensions only: `.T` reverses all dimensions, use transpose(-2, -1) or .mT"
+GLOBALS = ("forward must compute everything from its argument x and the module's own weights, not from notebook "
+           "globals (the global `inputs`, or `queries`, `keys`, `values` of the cells above)")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Part 1: scaled dot-product attention
+# ---------------------------------------------------------------------------------------------------------------
+
+def attention(q, k, v, scale, dim):
+    q, k, v = q.double(), k.double(), v.double()
+    return torch.softmax(q @ k.transpose(-2, -1) / scale, dim=dim) @ v
+
+
+def likely_sdpa_mistake(got, q, k, v):
+    """The mistake whose output the student's output matches, if any."""
+    d_k, d_v = k.shape[-1], v.shape[-1]
+    guesses = [(1.0, -1, "the scores were not scaled: divide them by sqrt(d_k) = sqrt(keys.shape[-1])"),
+               (d_k, -1, "the scores were divided by d_k instead of its square root"),
+               (math.sqrt(d_v), -1, "scaled by the width of the values: d_k is the width of the keys, keys.shape[-1]"),
+               (math.sqrt(d_k), -2, "softmax over the wrong dimension: use dim=-1 (over the keys)")]
+    for scale, dim, text in guesses:
+        guess = attention(q, k, v, scale, dim)
+        if got.shape == guess.shape and torch.allclose(got, guess, atol=1e-4, rtol=1e-4):
+            return text
+    return "softmax(queries @ keys^T / sqrt(keys.shape[-1]), dim=-1) @ values, on the last two dimensions only"
+
+
+def sdpa_check(what, q, k, v, atol=1e-4):
+    p = Program()
+    refs = [p.tensor(t) for t in (q, k, v)]
+    p.record(p.call(G("scaled_dot_product_attention"), *refs), "the result")
+    for ref, name in zip(refs, ("queries", "keys", "values")):
+        p.record(ref, f"the {name} after the call")
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1], LAST_TWO)
+        problem = shape_problem(got[0], want[0], what, "one context vector per query: (..., T_q, T_k) weights @ "
+                                                       "(..., T_k, d_v) values gives (..., T_q, d_v); " + LAST_TWO)
+        for index, name in enumerate(("queries", "keys", "values"), 1):
+            problem = problem or with_hint(compare(got[index], want[index], f"{what}: the {name} after the call",
+                                                   EXACT), f"it changed its {name}: {INPLACE}")
+        if problem:
+            return problem
+        problem = compare(got[0], want[0], what, Expect("", atol=atol, rtol=atol))
+        return with_hint(problem, problem and likely_sdpa_mistake(tensor_of(got[0]), q, k, v))
+
+    return Check(what, p, judge=judge)
+
+
+def shapes(*tensors):
+    return ", ".join(str(tuple(t.shape)) for t in tensors)
+
+
+def scaled_dot_product_attention(inputs):
+    queries, keys, values = (INPUTS @ LESSON[name] for name in NAMES)
+    one_query, two_keys = torch.ones(1, 4), torch.tensor([[1.0, 1, 1, 1], [0, 0, 0, 0]])
+    batched = [BATCH @ LESSON[name] for name in NAMES]
+    checks = [
+        sdpa_check("scaled_dot_product_attention(queries[:2], keys, values) of the lesson", queries[:2], keys, values),
+        sdpa_check("scaled_dot_product_attention(queries, keys, torch.eye(6)) of the lesson", queries, keys,
+                   torch.eye(6)),
+        sdpa_check("scaled_dot_product_attention on the (1, 4) query and (2, 4) keys of the visible example, values "
+                   "torch.eye(2)", one_query, two_keys, torch.eye(2)),
+        sdpa_check("scaled_dot_product_attention(queries, keys, values) of the lesson", queries, keys, values),
+        sdpa_check("scaled_dot_product_attention on the lesson's (2, 6, 2) batch", *batched),
+    ]
+    configs = [((), 4, 4, 8, 8), ((), 3, 5, 4, 6), ((2,), 5, 3, 16, 2), ((3, 2), 2, 7, 5, 3), ((1,), 1, 1, 3, 4),
+               ((2,), 6, 6, 64, 5), ((2,), inputs.randint(1, 6), inputs.randint(2, 8), inputs.randint(2, 40),
+                                     inputs.randint(1, 6))]
+    for lead, t_q, t_k, d_k, d_v in configs:
+        q, k, v = inputs.randn(*lead, t_q, d_k), inputs.randn(*lead, t_k, d_k), inputs.randn(*lead, t_k, d_v)
+        checks.append(sdpa_check(f"scaled_dot_product_attention on queries {tuple(q.shape)}, keys "
+                                 f"{tuple(k.shape)}, values {tuple(v.shape)}", q, k, v))
+    return checks
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Parts 2 and 3: the two modules
+# ---------------------------------------------------------------------------------------------------------------
+
+def trainable(check, hint):
+    """check, and every parameter of the module it builds must require gradients."""
+    judge = check.judge
+
+    def judged(got, want):
+        problem = judge(got, want)
+        if problem:
+            return problem
+        frozen = [str(entry[0]) for entry in got[0]["parameters"] if entry[2] is not True]
+        return with_hint(frozen and f"{check.what}: {', '.join(frozen[:6])} does not require gradients", hint)
+
+    check.judge = judged
+    return check
+
+
+V1_HINTS = dict(
+    parameters_hint="assign nn.Parameter(torch.rand(d_in, d_out)) to self.W_query, self.W_key and self.W_value: a "
+                    "plain tensor is not registered, so no optimizer would ever train it",
+    runs_hint="project with x @ self.W_query (and so on); swap only the last two dimensions of the keys with "
+              "transpose(-2, -1) or .mT (`.T` reverses all of them); " + GLOBALS,
+    value_hint="queries = x @ self.W_query (and so on); scale the scores by sqrt(d_k), the key dimension "
+               "keys.shape[-1] = d_out, not by the input width d_in; softmax over the last dimension; " + GLOBALS,
+    again_hint="forward must give the same output for the same input")
+
+
+def v1_check(what, d_in, d_out, state, x):
+    return trainable(forward_check(what, "SelfAttention_v1", (d_in, d_out), state, x, **V1_HINTS),
+                     "use nn.Parameter, which requires gradients")
+
+
+def self_attention_v1(inputs):
+    checks = [v1_check("SelfAttention_v1(3, 2) with the lesson's matrices on inputs (6, 3)", 3, 2, LESSON, INPUTS),
+              v1_check("SelfAttention_v1(3, 2) with the lesson's matrices on the (2, 6, 3) batch", 3, 2, LESSON,
+                       BATCH)]
+    for d_in, d_out, lead, t in [(5, 3, (), 4), (4, 7, (2,), 5), (6, 2, (3, 2), 3), (3, 2, (1,), 1), (2, 4, (2,), 6),
+                                 (3, 5, (), 6)]:
+        x = inputs.randn(*lead, t, d_in)
+        state = {name: inputs.randn(d_in, d_out) for name in NAMES}
+        checks.append(v1_check(f"SelfAttention_v1({d_in}, {d_out}) on x of shape {tuple(x.shape)}", d_in, d_out,
+                               state, x))
+    return checks
+
+
+V2_HINTS = dict(
+    parameters_hint="three nn.Linear(d_in, d_out, bias=qkv_bias) layers named W_query, W_key, W_value",
+    runs_hint="project with self.W_query(x) (and so on); swap only the last two dimensions of the keys with "
+              "transpose(-2, -1) or .mT (`.T` reverses all of them); " + GLOBALS,
+    value_hint="queries = self.W_query(x) (and so on); scale the scores by sqrt(d_k), the key dimension "
+               "keys.shape[-1] = d_out, not by the input width d_in; softmax over the last dimension; " + GLOBALS,
+    again_hint="forward must give the same output for the same input")
+
+
+def v2_check(what, d_in, d_out, bias, state, x):
+    return trainable(forward_check(what, "SelfAttention_v2", (d_in, d_out), state, x, kwargs={"qkv_bias": bias},
+                                   **V2_HINTS), "keep the nn.Linear layers' parameters trainable")
+
+
+def qkv_state(inputs, d_in, d_out, bias):
+    state = {}
+    for name in NAMES:
+        state.update(linear_state(inputs, name, d_in, d_out, bias))
+    return state
+
+
+def self_attention_v2(inputs):
+    # nn.Linear computes x @ weight.T, so the lesson's (d_in, d_out) matrices go in transposed.
+    lesson = {f"{name}.weight": matrix.T.contiguous() for name, matrix in LESSON.items()}
+    checks = [v2_check("SelfAttention_v2(3, 2) with the lesson's matrices on inputs (6, 3)", 3, 2, False, lesson,
+                       INPUTS),
+              v2_check("SelfAttention_v2(3, 2) with the lesson's matrices on the (2, 6, 3) batch", 3, 2, False,
+                       lesson, BATCH),
+              v2_check("SelfAttention_v2(3, 2, qkv_bias=True) on the (2, 6, 3) batch", 3, 2, True,
+                       qkv_state(inputs, 3, 2, True), BATCH)]
+    for d_in, d_out, bias, lead, t in [(5, 3, False, (), 4), (4, 7, True, (2,), 5), (6, 2, True, (3, 2), 3),
+                                       (3, 3, False, (1,), 1), (2, 5, False, (2,), 6), (3, 4, True, (), 6)]:
+        x = inputs.randn(*lead, t, d_in)
+        checks.append(v2_check(f"SelfAttention_v2({d_in}, {d_out}, qkv_bias={bias}) on x of shape {tuple(x.shape)}",
+                               d_in, d_out, bias, qkv_state(inputs, d_in, d_out, bias), x))
+    return checks
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Part 4: the transfer
+# ---------------------------------------------------------------------------------------------------------------
+
+SHARED = ("sa_v1 shares storage with sa_v2: nn.Parameter(sa_v2.W_query.weight.T) is a view of sa_v2's weight, so "
+          "training either module changes both; copy_ into sa_v1's own parameters under torch.no_grad(), or take "
+          ".clone() of the transposed weight")
+
+
+def transfer_check(inputs, d_in, d_out):
+    """The student's transfer between stand-ins built from torch.nn only (an nn.ModuleDict of three nn.Linear layers
+    and an nn.ParameterDict of three matrices, with the classes' attribute names), so that a bug in Part 2 or 3 costs
+    nothing here."""
+    what = f"transfer_weights_v2_to_v1(sa_v2, sa_v1) with d_in={d_in}, d_out={d_out}"
+    nn = G("torch").attr("nn")
+    v2_state = {f"{name}.weight": inputs.randn(d_out, d_in) for name in NAMES}
+    v1_before = {name: inputs.randn(d_in, d_out) for name in NAMES}
+    p = Program()
+    sa_v2 = p.call(nn.attr("ModuleDict"), [(name, p.call(nn.attr("Linear"), d_in, d_out, bias=False))
+                                           for name in NAMES])
+    p.load(sa_v2, v2_state)
+    sa_v1 = p.call(nn.attr("ParameterDict"), [(name, p.call(nn.attr("Parameter"), p.tensor(v1_before[name])))
+                                              for name in NAMES])
+    p.call(G("transfer_weights_v2_to_v1"), sa_v2, sa_v1, grad=True)  # with autograd on, as a student calls it
+    p.record(sa_v1, "sa_v1 after the call", kind="state")
+    p.record(sa_v1, "the parameters of sa_v1", kind="parameters")
+    p.record(sa_v2, "sa_v2 after the call", kind="state")
+    for name in NAMES:  # training sa_v2 further must leave sa_v1 alone
+        p.call(nn.attr("init").attr("zeros_"), sa_v2.attr(name).attr("weight"))
+    p.record(sa_v1, "sa_v1 after sa_v2's weights changed", kind="state")
+    transpose = "nn.Linear weights are (d_out, d_in) and the v1 matrices are (d_in, d_out): transpose the weight"
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found and found[0] <= 1:
+            message = str(found[1].get("message"))
+            return raised_message(what, found[1], "copy in place inside `with torch.no_grad():`"
+                                  if "leaf Variable" in message else transpose)
+        if found:
+            return raised_message(f"{what}, then changing sa_v2's weights in place", found[1],
+                                  "sa_v2 must keep its nn.Linear layers and their weights")
+        problem = compare(got[0], want[0], f"{what}: loading sa_v2", EXACT)
+        if problem:
+            return problem
+        if got[1].get("state", {}).keys() == v1_before.keys() and all(
+                not compare({"tensor": got[1]["state"][name]}, {"tensor": encode(v1_before[name])}, "", EXACT)
+                for name in NAMES):
+            return with_hint(f"{what} left sa_v1 unchanged", "change the sa_v1 you were given in place (copy_ into "
+                                                             "its parameters); building and returning a new module "
+                                                             "does not count")
+        problem = with_hint(compare(got[1], want[1], f"{what}: sa_v1", Expect("")),
+                            "copy the transposed weight, weight.T: nn.Linear computes x @ weight.T")
+        problem = problem or with_hint(compare(got[2], want[2], f"{what}: sa_v1", EXACT),
+                                       "copy into the existing parameters under torch.no_grad(), or assign an "
+                                       "nn.Parameter of shape (d_in, d_out)")
+        if problem:
+            return problem
+        frozen = [str(entry[0]) for entry in got[2]["parameters"] if entry[2] is not True]
+        if frozen:
+            return with_hint(f"after {what}, sa_v1.{frozen[0]} is no longer a trainable parameter",
+                             "copy into the existing parameter under torch.no_grad(), or assign an nn.Parameter")
+        problem = with_hint(compare(got[3], want[3], f"{what}: sa_v2 after the call", EXACT),
+                            "copy from sa_v2 into sa_v1, not the other way round, and leave sa_v2 as it was")
+        if problem:
+            return problem
+        if compare(got[4], got[1], "", EXACT):
+            return with_hint(f"{what}: sa_v1 changes when sa_v2's weights are changed in place afterwards", SHARED)
+        return None
+
+    return Check(what, p, judge=judge)
+
+
+def encode(tensor):
+    from attention_course.probe import encode_tensor
+    return encode_tensor(tensor)
+
+
+def transfer_weights_v2_to_v1(inputs):
+    return [transfer_check(inputs, d_in, d_out) for d_in, d_out in [(3, 2), (5, 3), (4, 4), (2, 7)]]
+
+
+CELLS = {
+    "test_scaled_dot_product_attention": scaled_dot_product_attention,
+    "test_self_attention_v1": self_attention_v1,
+    "test_self_attention_v2": self_attention_v2,
+    "test_transfer_weights_v2_to_v1": transfer_weights_v2_to_v1,
+}

@@ -1,0 +1,280 @@
+"""Judges of step 04: the causal mask, its two ways of use, and CausalSelfAttention."""
+import torch
+
+from attention_course import data
+from attention_grader.judging import G, Check, Program, expect_value_error, raised_message
+from attention_grader.judges.step07 import (first_raised, forward_check, linear_state, shape_problem,
+                                            tensor_of, with_hint, with_later_tokens_changed)
+
+BATCH = data.journey_batch()  # (2, 6, 3)
+LAYERS = ("W_query", "W_key", "W_value")
+REGISTER = ("register the mask in __init__ with self.register_buffer('mask', ...); a plain attribute (self.mask = "
+            "...) does not move with module.to(device) and is not part of the module's state, and an nn.Parameter "
+            "would be learned")
+
+
+def keeps_input_check(what, function, x, *args, hint, input_hint, atol=1e-5):
+    """function(x, *args) compared with the reference, and x unchanged by the call."""
+    p = Program()
+    x_ref = p.tensor(x)
+    p.record(p.call(G(function), x_ref, *args), "the result", hint, atol=atol, rtol=atol)
+    p.record(x_ref, "its input after the call", input_hint, atol=0, rtol=0)
+    return Check(what, p)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Parts 1 to 3: the mask, way 1, way 2
+# ---------------------------------------------------------------------------------------------------------------
+
+def causal_mask(inputs):
+    p = Program()
+    p.record(p.call(G("causal_mask"), 4), "the result",
+             "a bool tensor, True strictly above the diagonal: torch.triu(..., diagonal=1). torch.tril hides the past "
+             "instead, and diagonal=0 would hide each token from itself")
+    checks = [Check("causal_mask(4)", p)]
+    for num_tokens in (1, 2, 5, 9, inputs.randint(3, 17)):
+        p = Program()
+        p.record(p.call(G("causal_mask"), num_tokens), "the result",
+                 "a (T, T) bool tensor, True exactly where the key index j is greater than the query index i")
+        checks.append(Check(f"causal_mask({num_tokens})", p))
+    return checks
+
+
+RENORMALIZED_IN_PLACE = "use masked_fill (returns a new tensor), not masked_fill_ (writes into attn_weights)"
+
+
+def renormalized_causal_weights(inputs):
+    uniform = torch.full((3, 3), 1 / 3)
+    hint = "work on the last two dimensions: take T from attn_weights.shape[-1] and sum over dim=-1"
+    checks = [
+        keeps_input_check("renormalized_causal_weights of a uniform (3, 3) row", "renormalized_causal_weights",
+                          uniform, input_hint=RENORMALIZED_IN_PLACE,
+                          hint="zero the entries above the diagonal, then divide each row by its sum (sum(dim=-1, "
+                               "keepdim=True)); masking with -inf after softmax gives -inf and nan"),
+        keeps_input_check("renormalized_causal_weights on a (2, 3, 3) batch", "renormalized_causal_weights",
+                          torch.stack((uniform, uniform)), hint=hint, input_hint=RENORMALIZED_IN_PLACE),
+    ]
+    for shape in [(5, 5), (1, 1), (2, 4, 4), (3, 2, 6, 6), (1, 7, 7), (4, 3, 3)]:
+        weights = torch.softmax(inputs.randn(*shape, scale=2.0), dim=-1)
+        checks.append(keeps_input_check(
+            f"renormalized_causal_weights on random {shape} weights", "renormalized_causal_weights", weights,
+            input_hint=RENORMALIZED_IN_PLACE,
+            hint="zero the entries above the diagonal (the future), then divide each row by its own sum; " + hint))
+    return checks
+
+
+WAY_2_IN_PLACE = "use masked_fill (returns a new tensor), not masked_fill_ (writes into attn_scores)"
+
+
+def causal_attention_weights(inputs):
+    scores = torch.tensor([[0.0, 50.0, 50.0], [0.0, 0.0, 50.0], [1.0, 2.0, 3.0]])
+    checks = [
+        keeps_input_check("causal_attention_weights(attn_scores, d_k=4) on the (3, 3) scores of the example",
+                          "causal_attention_weights", scores, 4, input_hint=WAY_2_IN_PLACE,
+                          hint="row 0 must put all its weight on token 0: fill the future with -inf BEFORE softmax "
+                               "and keep the result of masked_fill; row 2 is softmax([1, 2, 3] / sqrt(4))"),
+        keeps_input_check("causal_attention_weights on a (2, 3, 3) batch with d_k=4", "causal_attention_weights",
+                          torch.stack((scores, scores)), 4, input_hint=WAY_2_IN_PLACE,
+                          hint="work on the last two dimensions: take T from attn_scores.shape[-1] and softmax over "
+                               "dim=-1"),
+    ]
+    for shape, d_k in [((5, 5), 3), ((1, 1), 2), ((2, 4, 4), 16), ((3, 2, 6, 6), 7), ((1, 8, 8), 1),
+                       ((2, 5, 5), inputs.randint(2, 40))]:
+        checks.append(keeps_input_check(
+            f"causal_attention_weights on random {shape} scores with d_k={d_k}", "causal_attention_weights",
+            inputs.randn(*shape, scale=3.0), d_k, input_hint=WAY_2_IN_PLACE,
+            hint="fill the entries above the diagonal with -inf (before softmax, keeping the result of masked_fill), "
+                 "then softmax(scores / sqrt(d_k), dim=-1)"))
+    return checks
+
+
+AGREE = ("both must give the same weights: check that way 1 divides by the row sums, and that way 2 masks before the "
+         "softmax and divides the scores by sqrt(d_k)")
+
+
+def agree_check(what, scores, d_k):
+    """The student's way 1 on softmax(scores / sqrt(d_k)) must equal the student's way 2 on scores, and way 2's rows
+    must sum to 1 (a property of the two functions together, not a comparison with the reference)."""
+    p = Program()
+    p.record(p.call(G("renormalized_causal_weights"), p.tensor(torch.softmax(scores / d_k ** 0.5, dim=-1))), "way 1")
+    p.record(p.call(G("causal_attention_weights"), p.tensor(scores), d_k), "way 2")
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(f"{what}: way {found[0] + 1}", found[1], AGREE)
+        for index in (0, 1):
+            problem = shape_problem(got[index], want[index], f"{what}: way {index + 1}", AGREE)
+            if problem:
+                return problem
+        way_1, way_2 = tensor_of(got[0]), tensor_of(got[1])
+        for index, way in enumerate((way_1, way_2)):
+            if not bool(torch.isfinite(way).all()):
+                return with_hint(f"{what}: way {index + 1} contains nan or inf", AGREE)
+        if not torch.allclose(way_1, way_2, atol=1e-5, rtol=1e-5):
+            largest = (way_1 - way_2).abs().max().item()
+            return with_hint(f"{what}: way 1 (mask after softmax, renormalise) and way 2 (-inf before softmax) "
+                             f"differ (largest difference {largest:.3g})", AGREE)
+        if not torch.allclose(way_2.sum(dim=-1), torch.ones(way_2.shape[:-1], dtype=way_2.dtype), atol=1e-4):
+            return with_hint(f"{what}: the rows of way 2 do not sum to 1", "every row of the weights must sum to 1")
+        return None
+
+    return Check(what, p, judge=judge)
+
+
+def two_ways_agree(inputs):
+    scores = 3 * torch.randn(2, 5, 5, generator=torch.Generator().manual_seed(0))
+    checks = [agree_check("way 1 against way 2 on the (2, 5, 5) scores of the example with d_k=2", scores, 2)]
+    for shape, d_k in [((4, 4), 5), ((3, 6, 6), 2), ((2, 2, 3, 3), 9), ((1, 7, 7), inputs.randint(1, 30))]:
+        checks.append(agree_check(f"way 1 against way 2 on random {shape} scores with d_k={d_k}",
+                                  inputs.randn(*shape, scale=4.0), d_k))
+    return checks
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Part 4: CausalSelfAttention
+# ---------------------------------------------------------------------------------------------------------------
+
+CSA_HINTS = dict(
+    parameters_hint="create self.W_query, self.W_key and self.W_value with nn.Linear(d_in, d_out, bias=qkv_bias)",
+    runs_hint="build the mask for context_length tokens, use T = x.shape[1] (not a notebook variable) and slice the "
+              "mask to it: self.mask[:T, :T]; swap only the last two dimensions of the keys: keys.transpose(-2, -1), "
+              "not keys.T on a 3-D tensor",
+    value_hint="queries @ keys.transpose(-2, -1), the entries ABOVE the diagonal set to -inf, softmax of the scores / "
+               "sqrt(d_k) with d_k = keys.shape[-1], then @ values; use only x and the module's attributes",
+    again_hint="forward must give the same output for the same input",
+    causal_hint="the first token must put all its weight on itself and earlier tokens must not see later ones: hide "
+                "the entries ABOVE the diagonal with -inf before softmax, and keep the result of masked_fill (or use "
+                "masked_fill_)")
+
+
+def qkv_state(inputs, d_in, d_out, bias):
+    state = {}
+    for name in LAYERS:
+        state.update(linear_state(inputs, name, d_in, d_out, bias))
+    return state
+
+
+def layers_only(records):
+    """The records with the parameters record narrowed to the three projections: a mask kept as a parameter costs
+    the points of the buffer cell, not of this one."""
+    first = records[0] if records else None
+    if not isinstance(first, dict) or not isinstance(first.get("parameters"), list):
+        return records
+    kept = [entry for entry in first["parameters"] if str(entry[0]).split(".")[0] in LAYERS]
+    return [{"parameters": kept}] + list(records[1:])
+
+
+def module_check(what, args, state, x, **kwargs):
+    check = forward_check(what, "CausalSelfAttention", args, state, x, **kwargs, **CSA_HINTS)
+    judge = check.judge
+    check.judge = lambda got, want: judge(layers_only(got), want)
+    return check
+
+
+def layers_check(what, args, kwargs=None):
+    """W_query, W_key and W_value of CausalSelfAttention(*args) are nn.Linear modules."""
+    p = Program()
+    module = p.call(G("CausalSelfAttention"), *args, **(kwargs or {}))
+    for name in LAYERS:
+        p.record(module.attr(name).attr("__class__").attr("__name__"), f"module.{name}")
+    hint = CSA_HINTS["parameters_hint"]
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1], hint)
+        for name, g, w in zip(LAYERS, got, want):
+            if g != w:
+                return with_hint(f"{what}: module.{name} should be an nn.{w['str']}, got a {str(g.get('str'))[:60]}",
+                                 hint)
+        return None
+
+    return Check(what, p, judge=judge)
+
+
+def causal_self_attention(inputs):
+    changed = BATCH.clone()
+    changed[:, 5] += 1.0
+    state = qkv_state(inputs, 3, 2, False)
+    built = "CausalSelfAttention(3, 2, context_length=6)"
+    checks = [
+        layers_check(built, (3, 2), {"context_length": 6}),
+        module_check(f"{built} on the (2, 6, 3) batch", (3, 2, 6), state, BATCH, cut=5, changed=changed),
+        module_check(f"{built} on the first 4 tokens of the batch, (2, 4, 3)", (3, 2, 6), state,
+                     BATCH[:, :4].contiguous()),
+    ]
+    for b, t, d_in, d_out, context, bias in [(2, 5, 4, 3, 7, False), (1, 1, 3, 2, 4, True), (3, 6, 5, 4, 6, True),
+                                             (2, 3, 2, 5, 9, False), (4, 7, 3, 6, 8, True)]:
+        built = f"CausalSelfAttention({d_in}, {d_out}, {context}, qkv_bias={bias})"
+        x = inputs.randn(b, t, d_in)
+        cut = t // 2 if t > 1 else None
+        checks.append(layers_check(built, (d_in, d_out, context), {"qkv_bias": bias}))
+        checks.append(module_check(f"{built} on a random ({b}, {t}, {d_in}) input", (d_in, d_out, context),
+                                   qkv_state(inputs, d_in, d_out, bias), x, kwargs={"qkv_bias": bias}, cut=cut,
+                                   changed=with_later_tokens_changed(inputs, x, cut) if cut else None))
+    return checks
+
+
+def buffer_check(what, args, kwargs=None):
+    """CausalSelfAttention(*args) keeps a (context_length, context_length) buffer named mask, and no parameters
+    besides the three projections."""
+    context = args[2] if len(args) > 2 else kwargs["context_length"]
+    p = Program()
+    module = p.call(G("CausalSelfAttention"), *args, **(kwargs or {}))
+    p.record(module, "its buffers", kind="buffers")
+    p.record(module, "its parameters", kind="parameters")
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1], REGISTER)
+        shapes = {str(entry[0]): list(entry[1]) for entry in got[0]["buffers"]}
+        if "mask" not in shapes:
+            return with_hint(f"{what} has no buffer named `mask` (buffers: {sorted(shapes)[:8]})", REGISTER)
+        if shapes["mask"] != [context, context]:
+            return with_hint(f"{what}: the mask buffer has shape {tuple(shapes['mask'])}, expected "
+                             f"({context}, {context})",
+                             "build the mask once for context_length tokens; slice it in forward, not in __init__")
+        extra = [str(entry[0]) for entry in got[1]["parameters"] if str(entry[0]).split(".")[0] not in LAYERS]
+        if extra:
+            return with_hint(f"{what} has parameters besides the three projections: {', '.join(extra[:6])}",
+                             "the mask is fixed, not learned: register it as a buffer, not as an nn.Parameter")
+        return None
+
+    return Check(what, p, judge=judge)
+
+
+def causal_self_attention_mask_buffer(inputs):
+    checks = [buffer_check("CausalSelfAttention(3, 2, context_length=6)", (3, 2), {"context_length": 6})]
+    for context, d_in, d_out, bias in [(4, 3, 5, False), (9, 2, 2, True), (1, 4, 3, False),
+                                       (inputs.randint(2, 12), 3, 4, True)]:
+        checks.append(buffer_check(f"CausalSelfAttention({d_in}, {d_out}, {context}, qkv_bias={bias})",
+                                   (d_in, d_out, context), {"qkv_bias": bias}))
+    return checks
+
+
+def too_long_check(what, args, x):
+    p = Program()
+    module = p.call(G("CausalSelfAttention"), *args)
+    p.call(module, p.tensor(x))
+    return expect_value_error(what, p, "context_length")
+
+
+def causal_self_attention_too_long(inputs):
+    checks = [too_long_check("CausalSelfAttention(3, 2, context_length=4) on the (2, 6, 3) batch", (3, 2, 4), BATCH)]
+    for context, b, t, d_in in [(1, 1, 2, 3), (5, 3, 9, 2), (7, 2, 8, 4), (6, 2, 7, 3)]:
+        checks.append(too_long_check(f"CausalSelfAttention({d_in}, 3, {context}) on a random ({b}, {t}, {d_in}) "
+                                     "input", (d_in, 3, context), inputs.randn(b, t, d_in)))
+    return checks
+
+
+CELLS = {
+    "test_causal_mask": causal_mask,
+    "test_renormalized_causal_weights": renormalized_causal_weights,
+    "test_causal_attention_weights": causal_attention_weights,
+    "test_two_ways_agree": two_ways_agree,
+    "test_causal_self_attention": causal_self_attention,
+    "test_causal_self_attention_mask_buffer": causal_self_attention_mask_buffer,
+    "test_causal_self_attention_too_long": causal_self_attention_too_long,
+}
