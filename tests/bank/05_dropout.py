@@ -150,6 +150,20 @@ VARIANTS = {
                   "    if not training or p == 0:\n        return x\n" + _DRAW + "    return x * keep / (1 - p)\n"},
         "fails": {"test_dropout_special_cases": "p = 1 drops every entry"},
     },
+    "dropout_in_place": {
+        "kind": "mistake",
+        "cells": {"dropout": _DROPOUT_HEAD + _P_CHECK + _SWITCHES + _DRAW + "    return x.mul_(keep / (1 - p))\n"},
+        "fails": {"test_dropout_training": "changed its input"},
+    },
+    "global_calls_reseeded": {
+        # the visible tests always pass a generator: only the hidden calls without one see the fixed pattern
+        "kind": "mistake",
+        "cells": {"dropout": _DROPOUT_HEAD + _P_CHECK + _SWITCHES +
+                  "    if generator is None:\n"
+                  "        generator = torch.Generator().manual_seed(0)\n" + _DRAW +
+                  "    return x * keep / (1 - p)\n"},
+        "fails": {"test_dropout_training": "PyTorch's global generator"},
+    },
     "no_value_error_for_p": {
         "kind": "mistake",
         "cells": {"dropout": _DROPOUT_HEAD + _SWITCHES + _DRAW + "    return x * keep / (1 - p)\n"},
@@ -178,6 +192,24 @@ VARIANTS = {
         "kind": "mistake",
         "cells": {"causal_attention": _causal_attention(dropout="pass")},
         "fails": {"test_causal_attention_dropout": "after softmax"},
+    },
+    "attention_dropout_rate_fixed": {
+        # right for Part 4's visible dropout=0.5 only; Part 3's visible module (dropout=0.0, training mode) drops too
+        "kind": "mistake",
+        "cells": {"causal_attention": _causal_attention().replace("nn.Dropout(dropout)", "nn.Dropout(0.5)")},
+        "fails": {"test_causal_attention": "its own value vector",
+                  "test_causal_attention_dropout": "the probability the module was given"},
+    },
+    "attention_qkv_bias_ignored": {
+        "kind": "mistake",
+        "cells": {"causal_attention": _causal_attention().replace("bias=qkv_bias", "bias=False")},
+        "fails": {"test_causal_attention": "bias=qkv_bias"},
+    },
+    "attention_mask_plain_attribute": {
+        "kind": "mistake",
+        "cells": {"causal_attention": _causal_attention().replace(
+            'self.register_buffer("mask", torch.triu(', "self.mask = (torch.triu(")},
+        "fails": {"test_causal_attention": "register_buffer"},
     },
     "attention_mask_not_sliced": {
         "kind": "mistake",

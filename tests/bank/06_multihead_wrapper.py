@@ -93,6 +93,14 @@ VARIANTS = {
                   "            [CausalAttention(d_in, d_out, context_length, 0.0, qkv_bias) for _ in range(num_heads)])\n")},
         "fails": {"test_wrapper_heads": "pass dropout on"},
     },
+    "qkv_bias_not_passed": {
+        # the visible tests never ask for biases; the registered parameters of Part 2 include them
+        "kind": "mistake",
+        "cells": {"multihead_wrapper": _wrapper(
+            heads="        self.heads = nn.ModuleList(\n"
+                  "            [CausalAttention(d_in, d_out, context_length, dropout) for _ in range(num_heads)])\n")},
+        "fails": {"test_wrapper_output": "pass qkv_bias on", "test_wrapper_heads": "pass qkv_bias on"},
+    },
     "no_value_error_for_num_heads": {
         "kind": "mistake",
         "cells": {"multihead_wrapper": _wrapper(check="")},

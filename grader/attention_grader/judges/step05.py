@@ -1,0 +1,412 @@
+"""Judges of step 05: inverted dropout, and CausalAttention with dropout on its attention weights.
+
+Dropout is random, and its patterns for one seed differ between machines: its checks judge properties of the
+student's own records (fraction dropped, value of the survivors, mean, same seed same pattern), never a pattern
+against the reference's.
+"""
+import math
+import re
+
+import torch
+
+from attention_course import data
+from attention_grader.judging import (G, Check, Expect, Program, call_check, compare, default_judge,
+                                      expect_value_error, generator, raised_message)
+from attention_grader.judges.step07 import (EXACT, first_raised, forward_check, linear_state, mask_buffer_check,
+                                            shape_problem, tensor_of, with_hint, with_later_tokens_changed)
+
+BATCH = data.journey_batch()  # (2, 6, 3)
+SWAPPED = "drop each entry with probability p, keep it with probability 1 - p: are the two swapped?"
+RESCALE = ("divide every kept entry by 1 - p; multiplying by 1 - p or not scaling at all changes the average, and the "
+           "mask must have the shape of x")
+KEEP_MEAN = "inverted dropout keeps the average: kept entries are divided by 1 - p"
+OWN_GENERATOR = "draw the random numbers from the generator you are given: torch.rand(x.shape, generator=generator)"
+OUT_OF_PLACE = "build a new tensor (x * keep / (1 - p)); in-place operations such as x.mul_ or x[...] = 0 change x"
+
+
+def floats_where_due(cell):
+    """The checks of `cell`, whose judges first make sure that the student's records are all there and that a tensor
+    holds floats wherever the reference's does (judging.compare raises RuntimeError on an integer tensor there)."""
+    def checks(inputs):
+        result = cell(inputs)
+        for check in result:
+            if check.program is not None:
+                check.judge = whole_records(check, check.judge or (lambda got, want, check=check:
+                                                                   default_judge(check, got, want)))
+        return result
+
+    return checks
+
+
+def whole_records(check, judge):
+    expects = check.program.expects
+
+    def checked(got, want):
+        for g, w, expect in zip(got, want, expects):
+            if "tensor" in g and "tensor" in w and w["tensor"]["storage"] == "float64" != g["tensor"]["storage"]:
+                return (f"{check.what}: {expect.label} should be a float tensor, got dtype "
+                        f"{str(g['tensor']['dtype'])[:20]}")
+        if len(got) < len(expects) and not (got and "raised" in got[-1]):
+            return f"{check.what}: stopped before {expects[len(got)].label}"
+        return judge(got, want)
+
+    return checked
+
+
+def far(value, expected, low, spread):
+    """True when `value` is more than max(low, 6 standard deviations) from `expected` (a correct dropout is within
+    that with overwhelming probability)."""
+    return not abs(value - expected) <= max(low, 6 * spread)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Parts 1 and 2: dropout(x, p, training=True, generator=None)
+# ---------------------------------------------------------------------------------------------------------------
+
+def input_tensor(p, x):
+    """x in the notebook; a tensor of ones is sent as one entry and repeated there, to keep the plan small."""
+    if bool((x == 1).all()) and x.dim() == 2:
+        return p.call(p.tensor(torch.ones(1, 1, dtype=x.dtype)).attr("repeat"), *x.shape)
+    return p.tensor(x)
+
+
+def dropped_check(what, x, rate, seed):
+    """dropout(x, rate, generator=Generator(seed)): each entry 0 or x / (1 - rate), about `rate` of them 0, the mean
+    kept, x unchanged."""
+    p = Program()
+    x_ref = input_tensor(p, x)
+    p.record(p.call(G("dropout"), x_ref, rate, generator=generator(seed)), "the result")
+    p.record(x_ref, "its input after the call")
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1])
+        problem = shape_problem(got[0], want[0], f"{what}: the result", "return a tensor of the shape of x")
+        problem = problem or with_hint(compare(got[1], want[1], f"{what}: its input after the call", EXACT),
+                                       "dropout changed its input x: " + OUT_OF_PLACE)
+        if problem:
+            return problem
+        out, x64 = tensor_of(got[0]).double(), x.double()
+        fine = (out == 0) | torch.isclose(out, x64 / (1 - rate), rtol=1e-5, atol=1e-6)
+        if not bool(fine.all()):
+            return with_hint(f"{what}: some entries of the result are neither 0 nor x / (1 - p)", RESCALE)
+        count = int((x64 != 0).sum())
+        fraction = float(((out == 0) & (x64 != 0)).sum()) / count
+        if far(fraction, rate, 0.03, math.sqrt(rate * (1 - rate) / count)):
+            return with_hint(f"{what}: {fraction:.3f} of the entries were set to 0, far from p", SWAPPED)
+        if far(out.mean().item(), x64.mean().item(), 0.05,
+               math.sqrt(rate / (1 - rate) * x64.pow(2).mean().item() / x64.numel())):
+            return with_hint(f"{what}: the mean of the result is far from the mean of x", KEEP_MEAN)
+        return None
+
+    return Check(what, p, judge=judge)
+
+
+def patterns_check(what, failure, x, rate, calls, same, hint):
+    """Two calls of dropout(x, rate, ...) whose results must be equal (same=True) or must not be; `failure` says
+    what went wrong."""
+    p = Program()
+    x_ref = input_tensor(p, x)
+    for call in calls:
+        call(p, x_ref)
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1])
+        for g, w in zip(got, want):
+            problem = shape_problem(g, w, f"{what}: a result", "return a tensor of the shape of x")
+            if problem:
+                return problem
+        first, second = tensor_of(got[0]).double(), tensor_of(got[1]).double()
+        if torch.equal(first, second) != same:
+            return with_hint(f"{what}: {failure}", hint)
+        return None
+
+    return Check(what, p, judge=judge)
+
+
+def seeded_call(seed, rate):
+    def call(p, x_ref):
+        p.record(p.call(G("dropout"), x_ref, rate, generator=generator(seed)), f"the result with seed {seed}")
+    return call
+
+
+def generator_checks(inputs):
+    x, rate = torch.ones(60, 70), 0.4
+    seed = inputs.seed()
+
+    def same_generator(p, x_ref):
+        g = p.tensor(generator(seed))
+        for _ in range(2):
+            p.record(p.call(G("dropout"), x_ref, rate, generator=g), "a result")
+
+    def global_generator(p, x_ref):
+        p.seed(seed)
+        for _ in range(2):
+            p.record(p.call(G("dropout"), x_ref, rate), "a result")
+
+    what = "dropout(x, 0.4) on ones of shape (60, 70)"
+    return [
+        patterns_check(what, "two calls with generators seeded alike dropped different entries", x, rate,
+                       [seeded_call(seed, rate)] * 2, True, OWN_GENERATOR),
+        patterns_check(what, "generators with different seeds dropped the same entries", x, rate,
+                       [seeded_call(seed, rate), seeded_call(seed + 1, rate)], False,
+                       "draw the random numbers from the generator you are given, do not reseed inside dropout"),
+        patterns_check(what, "two calls with the same generator dropped the same entries", x, rate,
+                       [same_generator], False,
+                       "draw fresh random numbers at every call; do not reseed inside dropout"),
+        patterns_check(what, "two calls without a generator dropped the same entries", x, rate, [global_generator],
+                       False, "with generator=None, use PyTorch's global generator (torch.rand(x.shape, "
+                              "generator=None) does)"),
+    ]
+
+
+def dropout_training(inputs):
+    ones = torch.ones(200, 200)
+    # The records of a cell are limited (judging.RECORDS_LIMIT): the visible example's second call with the same
+    # seed is left to generator_checks, on a smaller input.
+    checks = [dropped_check("dropout(ones, 0.2, generator=...) for ones of shape (200, 200)", ones, 0.2, 0)]
+    for index, rate in enumerate([0.1, 0.35, 0.5, 0.7]):
+        dtype = torch.float64 if index % 2 else torch.float32
+        checks.append(dropped_check(f"dropout(ones, {rate}, generator=...) for {dtype} ones of shape (80, 100)",
+                                    torch.ones(80, 100, dtype=dtype), rate, inputs.seed()))
+    for shape in [(3, 50, 40), (7, 9), (1000,)]:
+        checks.append(dropped_check(f"dropout(x, 0.3, generator=...) on a random {shape} input",
+                                    inputs.randn(*shape), 0.3, inputs.seed()))
+    return checks + generator_checks(inputs)
+
+
+def p_value_error(what, rate, x=None):
+    """dropout(x, rate) must raise ValueError naming p: the word p, or the word probability as PyTorch's own
+    F.dropout says it."""
+    p = Program()
+    p.call(G("dropout"), p.tensor(torch.ones(3, 4) if x is None else x), rate)
+    advice = "check `p` first and raise ValueError naming it (not assert, not a later shape error)"
+
+    def judge(got, want):
+        last = got[-1] if got else None
+        if last is None or "raised" not in last:
+            return f"{what} did not raise a ValueError\n  likely mistake: {advice}"
+        if last["raised"] == "NotImplementedError":
+            return raised_message(what, last)
+        if last["raised"] != "ValueError":
+            return f"{what} raised {str(last['raised'])[:80]} instead of a ValueError\n  likely mistake: {advice}"
+        if not re.search(r"(?<![A-Za-z0-9_])(p|probability)(?![A-Za-z0-9_])", str(last["message"])):
+            return (f"{what} raised a ValueError whose message does not name `p`\n  likely mistake: say which "
+                    "argument is wrong, e.g. raise ValueError(f\"p must be between 0 and 1, got p={p}\")")
+        return None
+
+    return Check(what, p, judge=judge)
+
+
+def dropout_special_cases(inputs):
+    journey = data.journey_inputs()
+    off = "with training=False dropout is switched off: return x unchanged"
+    nothing = "p = 0 drops nothing, and dividing by 1 - 0 = 1 changes nothing: return x unchanged"
+    zeros = "p = 1 drops every entry: return zeros (torch.zeros_like(x)) instead of dividing by 1 - p = 0"
+    checks = [call_check("dropout(inputs, 0.5, training=False) on the journey sentence", "dropout", journey, 0.5,
+                         training=False, hint=off),
+              call_check("dropout(inputs, 0.0) on the journey sentence", "dropout", journey, 0.0, hint=nothing),
+              call_check("dropout(inputs, 1.0) on the journey sentence", "dropout", journey, 1.0, hint=zeros),
+              p_value_error("dropout(inputs, 1.5)", 1.5, journey),
+              p_value_error("dropout(inputs, -0.1)", -0.1, journey)]
+    for shape in [(4, 5), (2, 3, 7), (11,)]:
+        x = inputs.randn(*shape).double()
+        for rate in (0.25, 0.9, 1.0):
+            checks.append(call_check(f"dropout(x, {rate}, training=False) on a random {shape} input", "dropout", x,
+                                     rate, training=False, hint=off))
+        checks.append(call_check(f"dropout(x, 0.0) on a random {shape} input", "dropout", x, 0.0, hint=nothing))
+        checks.append(call_check(f"dropout(x, 1.0) on a random {shape} input", "dropout", x, 1.0, hint=zeros))
+    for rate in (1.01, 2, -0.5, -1e-3):
+        checks.append(p_value_error(f"dropout(x, {rate}) on a (3, 4) input", rate))
+    return checks
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Part 3: CausalAttention
+# ---------------------------------------------------------------------------------------------------------------
+
+CA_HINTS = dict(
+    parameters_hint="create self.W_query, self.W_key and self.W_value with nn.Linear(d_in, d_out, bias=qkv_bias)",
+    runs_hint="slice the mask to the actual number of tokens: self.mask[:T, :T]",
+    value_hint="softmax(masked scores / sqrt(d_out)) @ values, with the mask sliced to T and dropout switched off by "
+               "eval()",
+    again_hint="eval mode must be deterministic: self.dropout = nn.Dropout(dropout) is switched off by eval()",
+    causal_hint="a token must not see later tokens: mask the scores above the diagonal with -inf before softmax (and "
+                "keep the masked result)")
+
+
+def qkv_state(inputs, d_in, d_out, bias):
+    state = {}
+    for name in ("W_query", "W_key", "W_value"):
+        state.update(linear_state(inputs, name, d_in, d_out, bias))
+    return state
+
+
+def too_long_check(what, args, x):
+    """CausalAttention(*args) on x, which has more tokens than context_length: ValueError naming context_length."""
+    p = Program()
+    module = p.call(G("CausalAttention"), *args)
+    p.call(module, p.tensor(x))
+    return expect_value_error(what, p, "context_length")
+
+
+def layers_check(what, args):
+    """The three projections of CausalAttention(*args) are nn.Linear modules."""
+    p = Program()
+    module = p.call(G("CausalAttention"), *args)
+    names = ("W_query", "W_key", "W_value")
+    for name in names:
+        p.record(module.attr(name).attr("__class__").attr("__name__"), f"ca.{name}")
+    hint = "create self.W_query, self.W_key and self.W_value with nn.Linear(d_in, d_out, bias=qkv_bias)"
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1], hint)
+        for name, g, w in zip(names, got, want):
+            if g != w:
+                return with_hint(f"{what}: ca.{name} should be an nn.{w['str']}, got a {str(g.get('str'))[:60]}",
+                                 hint)
+        return None
+
+    return Check(what, p, judge=judge)
+
+
+def causal_attention(inputs):
+    ca = "CausalAttention"
+    changed = BATCH.clone()
+    changed[:, 3:] += 1.0
+    state = qkv_state(inputs, 3, 2, False)
+    checks = [
+        layers_check("CausalAttention(3, 2, 6, 0.0)", (3, 2, 6, 0.0)),
+        mask_buffer_check("CausalAttention(3, 2, 6, 0.0)", ca, (3, 2, 6, 0.0),
+                          "self.register_buffer(\"mask\", torch.triu(...)) keeps the mask with the module "
+                          "(state_dict, .to(device))"),
+        forward_check("CausalAttention(3, 2, 6, 0.0) on the (2, 6, 3) batch", ca, (3, 2, 6, 0.0), state, BATCH,
+                      cut=3, changed=changed, **CA_HINTS),
+        forward_check("CausalAttention(3, 2, 6, 0.0) on the first 4 tokens of the batch, (2, 4, 3)", ca,
+                      (3, 2, 6, 0.0), state, BATCH[:, :4].contiguous(), **CA_HINTS),
+        too_long_check("CausalAttention(3, 2, 6, 0.0) on 7 tokens, (1, 7, 3)", (3, 2, 6, 0.0), torch.zeros(1, 7, 3)),
+    ]
+    for b, t, context, d_in, d_out, bias, rate in [(1, 1, 4, 3, 2, False, 0.0), (3, 5, 8, 4, 3, True, 0.3),
+                                                   (2, 7, 7, 5, 6, False, 0.5), (4, 3, 10, 2, 5, True, 0.1),
+                                                   (2, 6, 6, 3, 2, False, 0.0)]:
+        built = f"CausalAttention({d_in}, {d_out}, {context}, {rate}, qkv_bias={bias})"
+        x = inputs.randn(b, t, d_in)
+        cut = t // 2 if t > 1 else None
+        checks.append(forward_check(
+            f"{built} in eval mode on a random ({b}, {t}, {d_in}) input", ca, (d_in, d_out, context, rate),
+            qkv_state(inputs, d_in, d_out, bias), x, kwargs={"qkv_bias": bias}, cut=cut,
+            changed=with_later_tokens_changed(inputs, x, cut) if cut else None, **CA_HINTS))
+        checks.append(too_long_check(f"{built} on {context + 1} tokens, (1, {context + 1}, {d_in})",
+                                     (d_in, d_out, context, rate), torch.zeros(1, context + 1, d_in)))
+    return checks
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Part 4: dropout in the right place
+# ---------------------------------------------------------------------------------------------------------------
+
+def values_all_ones_state(inputs, d_in, d_out):
+    """Random queries and keys; W_value reads only the first coordinate of each embedding, which the inputs set to
+    1, so every value vector is all ones and each context vector holds its row sum of attention weights."""
+    state = qkv_state(inputs, d_in, d_out, False)
+    state["W_value.weight"] = torch.zeros(d_out, d_in)
+    state["W_value.weight"][:, 0] = 1.0
+    return state
+
+
+def first_coordinate_one(x):
+    x[..., 0] = 1.0
+    return x
+
+
+def placement_check(inputs, t, d_in, d_out, rate, num_sentences, num_single):
+    """CausalAttention(d_in, d_out, t, rate) with all value vectors ones: row sums 1 in eval mode; in training mode
+    rows that no longer sum to 1, equal entries within each context vector, mean about 1; and with one token, a
+    single weight that is 0 (about `rate` of the time) or 1 / (1 - rate)."""
+    built = f"CausalAttention({d_in}, {d_out}, {t}, {rate})"
+    what = f"{built} with every value vector all ones"
+    one_token = f"CausalAttention({d_in}, {d_out}, 1, {rate}) in training mode on {num_single} one-token sentences"
+    state = values_all_ones_state(inputs, d_in, d_out)
+    p = Program()
+    module = p.call(G("CausalAttention"), d_in, d_out, t, rate)
+    p.load(module, state)
+    p.call(module.attr("eval"))
+    x_eval = p.tensor(first_coordinate_one(inputs.randn(4, t, d_in)))
+    p.record(p.call(module, x_eval), "the output in eval mode")
+    p.record(p.call(module, x_eval), "a second output in eval mode")
+    p.call(module.attr("train"))
+    p.seed(inputs.seed())
+    p.record(p.call(module, p.tensor(first_coordinate_one(inputs.randn(num_sentences, t, d_in)))),
+             "the output in training mode")
+    single = p.call(G("CausalAttention"), d_in, d_out, 1, rate)
+    p.load(single, state)
+    p.call(single.attr("train"))
+    p.record(p.call(single, p.tensor(first_coordinate_one(inputs.randn(num_single, 1, d_in)))),
+             "the output on one-token sentences in training mode")
+    eval_off = "module.eval() must switch dropout off: self.dropout = nn.Dropout(dropout) reads self.training"
+    after_softmax = ("apply self.dropout to the attention weights after softmax (dropout on the scores before softmax "
+                     "is undone by the normalisation)")
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1])
+        problem = compare(got[0], want[0], what, EXACT) or compare(got[4], want[4], what, EXACT)
+        for index, label in ((1, "in eval mode"), (2, "in eval mode"), (3, "in training mode"),
+                             (5, "")):
+            name = f"{what} {label}" if label else one_token
+            problem = problem or shape_problem(got[index], want[index], name, "")
+        if problem:
+            return problem
+        problem = compare(got[1], want[1], f"{what} in eval mode: the row sums of the attention weights",
+                          Expect("", atol=1e-5, rtol=1e-5))
+        if problem:
+            return with_hint(problem, eval_off)
+        if not torch.equal(tensor_of(got[1]).double(), tensor_of(got[2]).double()):
+            return with_hint(f"{what} in eval mode gave different outputs for the same input", eval_off)
+        sums = tensor_of(got[3]).double()
+        if not (sums - 1).abs().nan_to_num(nan=math.inf).max().item() > 1e-4:
+            return with_hint(f"{what} in training mode: every row of attention weights still sums to 1, as if "
+                             "nothing was dropped", after_softmax)
+        if not torch.allclose(sums, sums[..., :1].expand_as(sums), atol=1e-5, rtol=1e-5):
+            return with_hint(f"{what} in training mode: the entries of a context vector differ, though each is the "
+                             "sum of the same attention weights",
+                             "dropout belongs on the attention weights, not on the values or on the context vectors")
+        if far(sums.mean().item(), 1.0, 0.1, math.sqrt(rate / (1 - rate) / (num_sentences * t))):
+            return with_hint(f"{what} in training mode: the mean row sum of the attention weights is far from 1",
+                             "inverted dropout keeps the average of every weight: after softmax, scaled by "
+                             "1 / (1 - p)")
+        weights = tensor_of(got[5]).double()[:, 0, 0]
+        kept = weights[weights != 0]
+        given_rate = "self.dropout = nn.Dropout(dropout): drop with the probability the module was given"
+        if not torch.allclose(kept, torch.full_like(kept, 1 / (1 - rate)), rtol=1e-5, atol=1e-6):
+            one_value = len(kept) > 0 and torch.allclose(kept, kept[:1].expand_as(kept), rtol=1e-5, atol=1e-6)
+            return with_hint(f"{one_token}: the single attention weight should be dropped (0) or kept and divided by "
+                             "1 - p", given_rate if one_value else "apply dropout to the attention weights after "
+                                                                   "softmax, not to the scores before it")
+        fraction = (weights == 0).double().mean().item()
+        if far(fraction, rate, 0.08, math.sqrt(rate * (1 - rate) / num_single)):
+            return with_hint(f"{one_token}: {fraction:.3f} of the weights were dropped, far from p", given_rate)
+        return None
+
+    return Check(what, p, judge=judge)
+
+
+def causal_attention_dropout(inputs):
+    checks = [placement_check(inputs, 6, 3, 2, 0.5, 400, 400)]
+    for t, d_in, d_out, rate in [(5, 4, 3, 0.25), (8, 2, 5, 0.6), (3, 6, 1, 0.1)]:
+        checks.append(placement_check(inputs, t, d_in, d_out, rate, 1000, 2000))
+    return checks
+
+
+CELLS = {
+    "test_dropout_training": floats_where_due(dropout_training),
+    "test_dropout_special_cases": floats_where_due(dropout_special_cases),
+    "test_causal_attention": floats_where_due(causal_attention),
+    "test_causal_attention_dropout": floats_where_due(causal_attention_dropout),
+}
