@@ -43,7 +43,8 @@ def whole_records(check, judge):
 
     def checked(got, want):
         for g, w, expect in zip(got, want, expects):
-            if "tensor" in g and "tensor" in w and w["tensor"]["storage"] == "float64" != g["tensor"]["storage"]:
+            floats_due = "tensor" in w and w["tensor"]["storage"] == "float64"
+            if floats_due and "tensor" in g and g["tensor"]["storage"] != "float64":
                 return (f"{check.what}: {expect.label} should be a float tensor, got dtype "
                         f"{str(g['tensor']['dtype'])[:20]}")
         if len(got) < len(expects) and not (got and "raised" in got[-1]):
@@ -129,7 +130,7 @@ def patterns_check(what, failure, x, rate, calls, same, hint):
 
 def seeded_call(seed, rate):
     def call(p, x_ref):
-        p.record(p.call(G("dropout"), x_ref, rate, generator=generator(seed)), f"the result with seed {seed}")
+        p.record(p.call(G("dropout"), x_ref, rate, generator=generator(seed)), "a result")
     return call
 
 
@@ -357,9 +358,8 @@ def placement_check(inputs, t, d_in, d_out, rate, num_sentences, num_single):
         if found:
             return raised_message(what, found[1])
         problem = compare(got[0], want[0], what, EXACT) or compare(got[4], want[4], what, EXACT)
-        for index, label in ((1, "in eval mode"), (2, "in eval mode"), (3, "in training mode"),
-                             (5, "")):
-            name = f"{what} {label}" if label else one_token
+        for index, name in ((1, f"{what} in eval mode"), (2, f"{what} in eval mode"), (3, f"{what} in training mode"),
+                            (5, one_token)):
             problem = problem or shape_problem(got[index], want[index], name, "")
         if problem:
             return problem

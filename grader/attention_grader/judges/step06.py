@@ -4,15 +4,13 @@ The heads are the notebook's provided CausalAttention. Part 1 judges the wrapper
 holds (their weights loaded one head at a time, then read back), so that heads kept in a plain list or one head used
 num_heads times cost the points of Part 2 only, as their own tests say.
 """
-import math
-
 import torch
 
 from attention_course import data
 from attention_course.probe import encode_tensor
 from attention_grader.judging import (G, Check, Expect, Program, compare, describe, expect_value_error,
                                       raised_message)
-from attention_grader.judges.step05 import qkv_state, floats_where_due
+from attention_grader.judges.step05 import floats_where_due, qkv_state
 from attention_grader.judges.step07 import (EXACT, first_raised, shape_problem, tensor_of, with_hint,
                                             with_later_tokens_changed)
 
@@ -65,7 +63,10 @@ def output_check(inputs, on, d_in, d_out, context, num_heads, bias, x, cut=None,
     p.record(x_ref, "its input after the call")
     for h in range(num_heads):
         p.record(wrapper.attr("heads")[h], f"head {h}", kind="state")
-    out, heads = num_heads + 1, num_heads + (4 if changed is not None else 3)
+    # records: the number of heads, one `loaded` per head, the output(s), x after the call, one state per head
+    out = num_heads + 1
+    x_after = out + (2 if changed is not None else 1)
+    heads = x_after + 1
 
     def judge(got, want):
         found = first_raised(got)
@@ -91,12 +92,12 @@ def output_check(inputs, on, d_in, d_out, context, num_heads, bias, x, cut=None,
                 if problem:
                     return problem
         problem = None
-        for index in range(out, heads - 1):
+        for index in range(out, x_after):
             problem = problem or shape_problem(
                 got[index], want[index], f"{what}: the output", "concatenate along the last dimension, "
                 "torch.cat(..., dim=-1): (b, T, d_out * num_heads); dim=1 would glue the heads' tokens one after the "
                 "other")
-        problem = problem or with_hint(compare(got[heads - 1], want[heads - 1], f"{what}: its input after the call",
+        problem = problem or with_hint(compare(got[x_after], want[x_after], f"{what}: its input after the call",
                                                EXACT), "it changed its input: use out-of-place operations on x")
         if problem:
             return problem
