@@ -226,7 +226,9 @@ def compare(got, want, name, expect):
                     f"  got:      {tuple(actual.shape)}")
         if expected.dtype == torch.bool and actual.dtype != torch.bool:
             return f"{name} should be a bool tensor, got dtype {actual.dtype}"
-        if not expected.is_floating_point():
+        if expected.is_floating_point():
+            actual = actual.to(torch.float64)  # an int or bool tensor where floats are due: compared as numbers
+        else:
             if not torch.equal(actual.to(expected.dtype), expected):
                 return f"{name} has the wrong entries ({int((actual.to(expected.dtype) != expected).sum())} differ)"
             return None
@@ -510,7 +512,7 @@ def judge_check(check, got, namespace, sources):
         if check.judge is not None:
             return check.judge(got, want)
         return default_judge(check, got, want)
-    except (PlanError, KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
+    except (PlanError, KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as error:
         return f"{check.what}: the records of this check are malformed ({type(error).__name__})"
 
 
