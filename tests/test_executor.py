@@ -6,6 +6,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -155,3 +156,24 @@ def test_processes_a_notebook_leaves_running_end_with_it():
     run("import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])")
     outputs, _ = run("import os, time\ntime.sleep(0.5)\nprint(os.popen('ps -eo args').read().count('time.sleep(60)'))")
     assert text(outputs[0]) == "0\n"
+
+
+def test_a_process_that_leaves_the_notebook_s_group_ends_with_it_too():
+    run("import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
+        "start_new_session=True)")
+    outputs, _ = run("import os, time\ntime.sleep(0.5)\nprint(os.popen('ps -eo args').read().count('time.sleep(60)'))")
+    assert text(outputs[0]) == "0\n"
+
+
+def test_memory_limit_holds_for_the_notebook_s_whole_tree():
+    """Four children of 400 MB each stay under the per-process limit of 1 GiB, but not together."""
+    child = "import time; block = bytearray(400 << 20); time.sleep(20)"
+    started = time.monotonic()
+    outputs, event = run("import subprocess, sys, time\n"
+                         f"children = [subprocess.Popen([sys.executable, '-c', {child!r}]) for _ in range(4)]\n"
+                         "[child.wait() for child in children]\n", "print('after')", timeout=10)
+    assert "together" in text(outputs[0]) and "memory" in text(outputs[0]), outputs
+    assert "out of memory" in event["flags"]
+    assert time.monotonic() - started < 10
+    outputs, _ = run("print('next notebook')")
+    assert text(outputs[0]) == "next notebook\n"

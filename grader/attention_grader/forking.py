@@ -41,6 +41,8 @@ OUTPUT_LIMIT = 1_000_000  # characters of text output kept per cell; LimitOutput
 DISPLAY_LIMIT = 8_000_000  # characters of displayed data (plots, HTML, the probe's records) kept per cell
 NOTEBOOK_DISPLAY_LIMIT = 32_000_000  # ... and per notebook
 EVENTS = []  # one record per executed notebook, read by the class grader
+MAX_PROCESSES = 32  # processes one notebook may run at once, its own included
+WATCH_INTERVAL = 0.05  # seconds between two looks at a notebook's processes
 
 
 class SandboxUnavailable(RuntimeError):
@@ -73,7 +75,9 @@ def sandbox_command(python):
     if bwrap is None:
         return None
     prefixes = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(python)))}
-    command = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+    # --as-pid-1: the zygote itself is the namespace's init. No other process of the sandbox holds the pipe to the
+    # grader, so a notebook (which may open /proc/<pid>/fd of a dumpable process of its own uid) cannot write to it.
+    command = [bwrap, "--unshare-all", "--as-pid-1", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
                "--uid", "65534", "--gid", "65534", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
                "--chdir", "/tmp", "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp"]
     system = ["/usr", "/lib", "/lib64", "/bin", "/etc/alternatives", "/etc/ld.so.cache", "/etc/localtime", "/etc/fonts"]
@@ -90,7 +94,8 @@ class Zygote:
     def __init__(self, sandbox=True, log=None):
         python = sys.executable
         env = {"PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-               "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp/matplotlib", "PYTHONHASHSEED": "0"}
+               "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp/matplotlib", "PYTHONHASHSEED": "0",
+               "COURSE_SANDBOXED": "1"}
         command = sandbox_command(python) if sandbox else None
         self.sandboxed = command is not None and self._sandbox_works(command, python)
         if sandbox and not self.sandboxed:
@@ -107,12 +112,17 @@ class Zygote:
             if log is not None:
                 log.warning(message)
             argv = [python, THIS_FILE, "serve"]
-            env = {**os.environ, **env, "MPLCONFIGDIR": os.path.join(os.environ.get("TMPDIR", "/tmp"), "mpl-grader")}
+            mpl = os.path.join(os.environ.get("TMPDIR", "/tmp"), "mpl-grader")
+            env = {**os.environ, **env, "COURSE_SANDBOXED": "", "MPLCONFIGDIR": mpl}
         self.buffer = b""
         self.errors = tempfile.TemporaryFile()  # the zygote's own stderr: kept for the message below
         self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors,
                                         env=env, cwd=None if self.sandboxed else os.environ.get("TMPDIR", "/tmp"))
         ready = self._read(timeout=300)
+        self.own = {self.process.pid, *_descendants(self.process.pid)}  # bubblewrap and the zygote
+        # A notebook's processes share the zygote's pages; their share counts towards the tree's memory, so the
+        # tree may hold the memory limit plus that much.
+        self.size = sum(map(_memory, self.own))
         if ready is None or ready.get("ready") is not True:
             self.process.kill()
             self.errors.seek(0)
@@ -135,13 +145,18 @@ class Zygote:
     def alive(self):
         return self.process.poll() is None
 
-    def _read(self, timeout):
-        """The next message, None after `timeout` seconds of silence."""
+    def _read(self, timeout, watch=None):
+        """The next message, None after `timeout` seconds of silence; `watch()` runs while it waits."""
         deadline = time.monotonic() + timeout
         while b"\n" not in self.buffer:
-            ready, _, _ = select.select([self.process.stdout], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self.process.stdout], [], [], max(0.0, min(left, WATCH_INTERVAL)))
+            if not ready and left <= 0:
                 return None
+            if not ready:
+                if watch:
+                    watch()
+                continue
             chunk = os.read(self.process.stdout.fileno(), 1 << 20)
             if not chunk:
                 return {"eof": True}
@@ -149,28 +164,91 @@ class Zygote:
         line, self.buffer = self.buffer.split(b"\n", 1)
         return json.loads(line)
 
+    def notebook_processes(self):
+        """Every process of the running notebook: the executor's descendants but its own, including any that left
+        the notebook's process group or session."""
+        return [pid for pid in _descendants(self.process.pid) if pid not in self.own]
+
+    def watch(self, memory_limit):
+        """Hold the notebook's whole tree of processes to the limits; stop all of it and say why when it is over."""
+        processes = self.notebook_processes()
+        if len(processes) > MAX_PROCESSES:
+            self.stopped = f"the notebook started more than {MAX_PROCESSES} processes, so all of them were stopped"
+        elif sum(map(_memory, processes)) > memory_limit + self.size:
+            self.stopped = (f"the notebook's processes together used more than the memory limit "
+                            f"({memory_limit / (1 << 30):.1f} GiB), so all of them were stopped (MemoryError)")
+        else:
+            return
+        for pid in processes:
+            _signal(pid, signal.SIGKILL)
+
     def run(self, sources, cell_timeout, memory_limit):
         """Run the sources in a fresh child; yield its messages ({"cell": i, ...}, then {"end": ...})."""
         request = {"sources": sources, "cell_timeout": cell_timeout, "memory_limit": memory_limit}
+        self.stopped = None
         self.process.stdin.write((json.dumps(request) + "\n").encode())
         self.process.stdin.flush()
-        while True:
-            message = self._read(timeout=cell_timeout + 60)
-            if message is None:  # the zygote itself hangs: give up on it
-                self.process.kill()
-                yield {"end": "hung", "detail": "the grading executor stopped answering"}
-                return
-            if message.get("eof"):
-                yield {"end": "hung", "detail": "the grading executor stopped"}
-                return
-            yield message
-            if "end" in message:
-                return
+        try:
+            while True:
+                message = self._read(timeout=cell_timeout + 60, watch=lambda: self.watch(memory_limit))
+                if message is None:  # the zygote itself hangs: give up on it
+                    self.process.kill()
+                    yield {"end": "hung", "detail": "the grading executor stopped answering"}
+                    return
+                if message.get("eof"):
+                    yield {"end": "hung", "detail": "the grading executor stopped"}
+                    return
+                if "end" in message and self.stopped:
+                    message = {"end": "stopped", "detail": self.stopped}
+                yield message
+                if "end" in message:
+                    return
+        finally:  # whatever the notebook left running ends with it, before the next notebook starts
+            for pid in self.notebook_processes():
+                _signal(pid, signal.SIGKILL)
 
     def close(self):
         if self.alive():
             self.process.stdin.close()
             self.process.wait(timeout=10)
+
+
+def _descendants(root):
+    """The pids of every process below `root`, from /proc (the grading machine's own view)."""
+    children = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as stat:
+                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(parent, []).append(int(name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _memory(pid):
+    """Bytes of memory a process holds, pages it shares with others counted in proportion (PSS)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as rollup:
+            for line in rollup:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _signal(pid, sig):
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 _ZYGOTE = None
@@ -216,7 +294,7 @@ class ForkingExecute(NbGraderPreprocessor):
             cell.execution_count = message["cell"] + 1
         flags = set()
         if end["end"] != "ok":
-            flags.add("crashed")
+            flags.add("out of memory" if end["end"] == "stopped" and "memory" in end["detail"] else "crashed")
             reason = end.get("detail", "the notebook's process ended")
             stopped = False
             for cell in code_cells:
@@ -278,8 +356,18 @@ def _serve():
     sys.stdout = open(os.devnull, "w")  # nothing but messages goes to the worker
     out.write(b'{"ready": true}\n')
     out.flush()
+    kept = set(os.listdir(tempfile.gettempdir()))
     for line in sys.stdin.buffer:
         request = json.loads(line)
+        _reap()  # processes of the last notebook, stopped by the grader, that were left to this namespace's init
+        # Every notebook starts with the /tmp the zygote started with: nothing an earlier notebook left there (all of
+        # whose processes the grader has stopped by now) can be found or imported by this one.
+        for name in set(os.listdir(tempfile.gettempdir())) - kept if os.environ.get("COURSE_SANDBOXED") else ():
+            path = os.path.join(tempfile.gettempdir(), name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.remove(path)
         read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:
@@ -290,6 +378,15 @@ def _serve():
                 os._exit(0)
         os.close(write_end)
         _relay(pid, os.fdopen(read_end, "rb"), out, request["cell_timeout"], len(request["sources"]))
+
+
+def _reap():
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                return
+        except ChildProcessError:
+            return
 
 
 def _kill(pid):

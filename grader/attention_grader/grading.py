@@ -64,11 +64,14 @@ def find_submissions(root, assignments=None, students=None, shard=None):
 
 
 def export(root, csv_path):
-    """`nbgrader export` of the whole gradebook, made safe for spreadsheets."""
-    subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "export", f"--to={csv_path}"], cwd=root,
-                   check=False, capture_output=True)
-    if (Path(root) / csv_path).exists():
-        neutralise_csv(Path(root) / csv_path)
+    """What `nbgrader export` writes (its CSV plugin, in this process), made safe for spreadsheets."""
+    from nbgrader.api import Gradebook
+    from nbgrader.plugins.export import CsvExportPlugin
+    config = course_config(root)
+    path = Path(root) / csv_path
+    with Gradebook(config.CourseDirectory.db_url, config.CourseDirectory.course_id) as gradebook:
+        CsvExportPlugin(config=config, to=str(path)).export(gradebook)
+    neutralise_csv(path)
 
 
 def neutralise_csv(path):
@@ -163,23 +166,29 @@ def reuse_database_connections():
 
 def worker(root, timeout=None, feedback=True, sandbox=True):
     """Grade batches of one assignment's submissions: one nbgrader converter per batch, one warm executor for all."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from attention_grader import forking
+
+    # The executor warms up (torch, in its sandbox) while this process imports nbgrader and torch: seconds each.
+    warming = ThreadPoolExecutor(1).submit(forking.zygote, sandbox=sandbox)
     os.chdir(root)
-    reuse_database_connections()
-    from nbgrader.apps import NbGraderAPI
-    from nbgrader.coursedir import CourseDirectory
-
-    from attention_grader import forking, judging
-
     config = course_config(root)
     config.CourseDirectory.submitted_directory = os.path.join(STAGING, "submitted")
     if timeout:
         config.ForkingExecute.timeout = timeout
     if not sandbox:
         config.ForkingExecute.sandbox = False
+    reuse_database_connections()
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    from attention_grader import judging
+
     coursedir = CourseDirectory(config=config)
     api = NbGraderAPI(coursedir=coursedir, config=config)
     try:
-        forking.zygote(sandbox=config.ForkingExecute.get("sandbox", True))  # warm up before the first submission
+        warming.result()
     except (forking.SandboxUnavailable, RuntimeError) as error:
         print(json.dumps({"ready": False, "error": str(error)}), flush=True)
         return 2
