@@ -171,14 +171,15 @@ def bank_module(step):
     return importlib.import_module(f"bank.{step}")
 
 
-def bank(step, integrity=True):
+def bank(step, integrity=True, every_route=None):
     """The submission bank of a step: VARIANTS of tests/bank/<step>.py, plus the cheating and broken submissions
-    of tests/bank/integrity.py built for that step ({} when the step has no bank file)."""
+    of tests/bank/integrity.py built for that step ({} when the step has no bank file); every_route=True adds every
+    route of integrity.py to any step."""
     if not (ROOT / "tests" / "bank" / f"{step}.py").exists():
         return {}
     variants = dict(bank_module(step).VARIANTS)
     if integrity:
-        variants.update(importlib.import_module("bank.integrity").variants(step))
+        variants.update(importlib.import_module("bank.integrity").variants(step, every_route))
     return variants
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import harness
+from bank import integrity
 from conftest import ROOT, STEPS
 
 ANSWER_KEY, UNTOUCHED = "answer_key", "untouched_release"
@@ -46,20 +47,10 @@ def submit_class(course_dir, step, variants):
         harness.submit(course_dir, name, step, harness.variant_submission(step, variant))
 
 
-def grade_step(base, step, tmp_path):
-    course_dir = tmp_path / step
-    shutil.copytree(base, course_dir)
-    variants = harness.bank(step)
-    submit_class(course_dir, step, variants)
-    before = fingerprint(course_dir)
-    summary = harness.grade_class(course_dir, step)
-    after = fingerprint(course_dir)
+def results_of(course_dir, step, students):
     with open(course_dir / "grades.csv") as f:
         exported = {row["student_id"]: row for row in csv.DictReader(f) if row["assignment"] == step}
-    students = [ANSWER_KEY, UNTOUCHED, *variants]
     return {
-        "summary": summary,
-        "files": (before, after),
         "scores": {s: harness.cell_scores(course_dir, step, s) for s in students},
         "errors": {s: harness.cell_errors(course_dir, step, s) for s in students},
         "export": exported,
@@ -74,30 +65,25 @@ IDENTITY_CHEATS = ["cheat_copies_test_cells", "cheat_displays_a_value", "cheat_r
 
 
 def identity_sample(step):
-    """The variants plain nbgrader grades too: a few of every kind (the whole bank is in the grading benchmark).
-    Variants that would damage an unsandboxed course, or whose effect depends on timing, are left out."""
+    """The variants plain nbgrader grades too: one correct and one mistake on every step, and the cheats and broken
+    notebooks of the steps that carry every route (the whole bank is in the grading benchmark). Variants that would
+    damage an unsandboxed course, or whose effect depends on timing, are left out."""
     variants = {name: v for name, v in harness.bank(step).items() if not (v.get("stock_hole") or v.get("at_most"))}
+    every_route = step in integrity.EVERY_ROUTE_ON
     sample = {}
-    for kind in ("correct", "mistake", "broken"):
-        sample.update({name: variants[name] for name in sorted(n for n, v in variants.items() if v["kind"] == kind)[:3]})
-    sample.update({name: variants[name] for name in IDENTITY_CHEATS if name in variants})
+    for kind, count in (("correct", 1), ("mistake", 2 if every_route else 1), ("broken", 2 if every_route else 0)):
+        sample.update({name: variants[name] for name in sorted(n for n, v in variants.items() if v["kind"] == kind)[:count]})
+    sample.update({name: variants[name] for name in IDENTITY_CHEATS if every_route and name in variants})
     return sample
 
 
-def grade_step_with_kernels(base, step, tmp_path):
-    """Plain nbgrader: `nbgrader autograde` with its own Execute, one Jupyter kernel per notebook."""
-    course_dir = tmp_path / f"{step}-kernels"
-    shutil.copytree(base, course_dir)
-    variants = identity_sample(step)
-    submit_class(course_dir, step, variants)
-    harness.nbgrader(course_dir, "autograde", step, "--force", "--Execute.timeout=10", check=False,
-                     env={"COURSE_EXECUTOR": "kernel"})
-    return {s: harness.cell_scores(course_dir, step, s) for s in [ANSWER_KEY, UNTOUCHED, *variants]}
-
-
 def steps_needed(request):
-    return sorted({item.callspec.params["step"] for item in request.session.items
-                   if getattr(item, "module", None) is request.module and "step" in item.callspec.params})
+    """The steps of this module's selected tests; every step when one of them is about the whole class."""
+    params = [getattr(item, "callspec", None) for item in request.session.items
+              if getattr(item, "module", None) is request.module]
+    if any(p is None or "step" not in p.params for p in params):
+        return STEPS
+    return sorted({p.params["step"] for p in params})
 
 
 @pytest.fixture(scope="module")
@@ -107,19 +93,37 @@ def base_course(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def graded(request, base_course):
-    """Each step the selected tests need, graded once: two at a time, each in its own copy of one generated course."""
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {step: pool.submit(grade_step, base_course, step, base_course.parent)
-                   for step in steps_needed(request)}
-        return {step: future.result() for step, future in futures.items()}
+    """Every step the selected tests need, in one course copy, graded by one run of the class grader: the
+    instructor's command, two workers."""
+    course_dir = base_course.parent / "class"
+    shutil.copytree(base_course, course_dir)
+    steps = steps_needed(request)
+    for step in steps:
+        submit_class(course_dir, step, harness.bank(step))
+    before = fingerprint(course_dir)
+    summary = harness.grade_class(course_dir, *steps, workers=2)
+    after = fingerprint(course_dir)
+    graded = {step: results_of(course_dir, step, [ANSWER_KEY, UNTOUCHED, *harness.bank(step)]) for step in steps}
+    return {"summary": summary, "files": (before, after), **graded}
 
 
 @pytest.fixture(scope="module")
 def graded_with_kernels(request, base_course):
+    """Plain nbgrader on the identity sample: `nbgrader autograde` with its own Execute, one Jupyter kernel per
+    notebook, two steps at a time."""
+    course_dir = base_course.parent / "kernels"
+    shutil.copytree(base_course, course_dir)
+    steps = steps_needed(request)
+    for step in steps:
+        submit_class(course_dir, step, identity_sample(step))
+
+    def autograde(step):
+        harness.nbgrader(course_dir, "autograde", step, "--force", "--Execute.timeout=10", check=False,
+                         env={"COURSE_EXECUTOR": "kernel"})
+        return {s: harness.cell_scores(course_dir, step, s) for s in [ANSWER_KEY, UNTOUCHED, *identity_sample(step)]}
+
     with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {step: pool.submit(grade_step_with_kernels, base_course, step, base_course.parent)
-                   for step in steps_needed(request)}
-        return {step: future.result() for step, future in futures.items()}
+        return dict(zip(steps, pool.map(autograde, steps)))
 
 
 @pytest.mark.parametrize("step", STEPS)
@@ -178,24 +182,23 @@ def test_bank_has_correct_variants_and_mistakes(step):
     assert kinds.count("correct") >= 2 and kinds.count("mistake") >= 1, f"tests/bank/{step}.py is too small: {kinds}"
 
 
-@pytest.mark.parametrize("step", STEPS)
-def test_no_submission_changes_a_file_of_the_course(step, graded):
-    before, after = graded[step]["files"]
+def test_no_submission_changes_a_file_of_the_course(graded):
+    before, after = graded["files"]
     changed = sorted(name for name in before.keys() | after.keys() if before.get(name) != after.get(name))
-    assert not changed, f"grading {step} changed or deleted: {changed[:10]}"
+    assert not changed, f"grading the class changed or deleted: {changed[:10]}"
 
 
-@pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize("step", integrity.EVERY_ROUTE_ON)
 def test_summary_flags_crashes_timeouts_bad_records_and_unreadable_notebooks(step, graded):
-    flagged = {line.split(" / ")[0].strip(): line for line in graded[step]["summary"].splitlines() if " / " in line
-               and ":" in line}
+    flagged = {line.split(":")[0].strip(): line for line in graded["summary"].splitlines() if " / " in line}
     for student, flag in [("broken_os_exit", "crashed"), ("broken_unstoppable_loop", "crashed"),
                           ("broken_infinite_loop", "timed out"), ("broken_over_memory_limit", "out of memory"),
                           ("cheat_skips_the_probe", "bad records"),
                           ("broken_invalid_json", "unreadable"),
                           ("broken_missing_notebook", "unreadable")]:
-        assert flag in flagged.get(student, ""), f"{student} should be flagged {flag!r}:\n{graded[step]['summary']}"
-    assert ANSWER_KEY not in flagged and "Graded" in graded[step]["summary"]
+        assert flag in flagged.get(f"{student} / {step}", ""), (
+            f"{student} should be flagged {flag!r} on {step}:\n{graded['summary']}")
+    assert f"{ANSWER_KEY} / {step}" not in flagged and "Graded" in graded["summary"]
 
 
 @pytest.mark.parametrize("step", STEPS)

@@ -12,7 +12,7 @@ COURSE_ID = "attention-step-by-step"
 
 def test_full_nbgrader_workflow_through_the_exchange(tmp_path):
     step = STEPS[0]
-    course_dir = harness.make_course(tmp_path / "course")  # runs `nbgrader generate_assignment` for every step
+    course_dir = harness.make_course(tmp_path / "course", steps=[step])  # runs `nbgrader generate_assignment`
     harness.nbgrader(course_dir, "release_assignment", step)
 
     student_home = tmp_path / "student"

@@ -166,12 +166,8 @@ def reuse_database_connections():
 
 def worker(root, timeout=None, feedback=True, sandbox=True):
     """Grade batches of one assignment's submissions: one nbgrader converter per batch, one warm executor for all."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from attention_grader import forking
 
-    # The executor warms up (torch, in its sandbox) while this process imports nbgrader and torch: seconds each.
-    warming = ThreadPoolExecutor(1).submit(forking.zygote, sandbox=sandbox)
     os.chdir(root)
     config = course_config(root)
     config.CourseDirectory.submitted_directory = os.path.join(STAGING, "submitted")
@@ -188,7 +184,7 @@ def worker(root, timeout=None, feedback=True, sandbox=True):
     coursedir = CourseDirectory(config=config)
     api = NbGraderAPI(coursedir=coursedir, config=config)
     try:
-        warming.result()
+        forking.zygote(sandbox=config.ForkingExecute.get("sandbox", True))  # warm up before the first submission
     except (forking.SandboxUnavailable, RuntimeError) as error:
         print(json.dumps({"ready": False, "error": str(error)}), flush=True)
         return 2

@@ -5,6 +5,10 @@ that the mistake alone does not earn. Broken submissions start from the answer k
 last solution cell: every test cell before that cell keeps its points, what could not run scores zero, and the other
 students are graded as usual.
 
+Every route runs on two steps, one of functions and one of modules (`EVERY_ROUTE_ON`): the grading pipeline they
+attack is the same for every step. The other steps keep the cheats whose outcome depends on the step's own checks and
+judges (`ON_EVERY_STEP`); the grading benchmark grades every route on every step.
+
 `at_most: True` makes the expected scores upper bounds, for a cheat whose effect depends on timing.
 `stock_hole: True` marks variants that plain nbgrader (a Jupyter kernel with the instructor's rights, no limits) must
 not even be shown: they read the solutions, write the gradebook, delete files or exhaust the machine's memory, or
@@ -166,7 +170,20 @@ def _retype_tests(nb):
     return nb
 
 
-def variants(step):
+EVERY_ROUTE_ON = ("02_softmax", "07_weight_split_mha")
+ON_EVERY_STEP = ("cheat_rewrites_check_code", "cheat_displays_a_value", "cheat_skips_the_probe",
+                 "cheat_copies_test_cells", "broken_syntax_error")
+
+
+def variants(step, every_route=None):
+    """The cheating and broken submissions of a step: all of them on `EVERY_ROUTE_ON` (or with every_route=True)."""
+    result = every_variant(step)
+    if every_route or (every_route is None and step in EVERY_ROUTE_ON):
+        return result
+    return {name: spec for name, spec in result.items() if name in ON_EVERY_STEP}
+
+
+def every_variant(step):
     mistakes = {name: v for name, v in harness.bank(step, integrity=False).items()
                 if v["kind"] == "mistake" and v.get("fails")}
     # A bank may name the mistake its cheats ride on: one that returns a wrong value rather than raising, so that
