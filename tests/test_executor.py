@@ -113,29 +113,6 @@ def test_class_grading_without_a_sandbox_stops_unless_asked(tmp_path):
     assert harness.cell_scores(course_dir, step, "ada") == harness.autograded_cells(step)
 
 
-def test_concurrent_workers_on_one_sqlite_gradebook_lose_and_duplicate_no_grade(tmp_path):
-    step = "01_dot_product_scores"
-    course_dir = harness.make_course(tmp_path / "course", steps=[step])
-    students = [f"student_{i:02d}" for i in range(12)]
-    for i, student in enumerate(students):
-        nb = harness.variant_notebook(step, {}) if i % 2 else nbformat.read(
-            ROOT / "release" / step / f"{step}.ipynb", as_version=4)
-        harness.submit(course_dir, student, step, nb)
-    harness.grade_class(course_dir, step, workers=2)
-    full = sum(harness.autograded_cells(step).values())
-    for i, student in enumerate(students):
-        assert sum(harness.cell_scores(course_dir, step, student).values()) == (full if i % 2 else 0.0)
-    with sqlite3.connect(course_dir / "gradebook.db") as db:
-        grades = dict(db.execute(
-            "SELECT student.id, COUNT(grade.id) FROM grade "
-            "JOIN submitted_notebook ON grade.notebook_id = submitted_notebook.id "
-            "JOIN submitted_assignment ON submitted_notebook.assignment_id = submitted_assignment.id "
-            "JOIN student ON submitted_assignment.student_id = student.id GROUP BY student.id").fetchall())
-        (cells,), = db.execute("SELECT COUNT(*) FROM grade_cells").fetchall()
-        (submissions,), = db.execute("SELECT COUNT(*) FROM submitted_assignment").fetchall()
-    assert grades == {student: cells for student in students} and submissions == len(students)
-
-
 def test_an_executor_that_cannot_start_says_why_and_what_to_do(monkeypatch, tmp_path):
     monkeypatch.setattr(forking, "THIS_FILE", str(tmp_path / "missing.py"))
     with warnings.catch_warnings():

@@ -9,6 +9,7 @@ gives the same scores as the course's forking executor.
 import csv
 import hashlib
 import shutil
+import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -65,15 +66,20 @@ IDENTITY_CHEATS = ["cheat_copies_test_cells", "cheat_displays_a_value", "cheat_r
 
 
 def identity_sample(step):
-    """The variants plain nbgrader grades too: one correct and one mistake on every step, and the cheats and broken
-    notebooks of the steps that carry every route (the whole bank is in the grading benchmark). Variants that would
-    damage an unsandboxed course, or whose effect depends on timing, are left out."""
+    """The submissions plain nbgrader grades too: the answer key and one mistake on every step; on the first step
+    that carries every route, also a correct variant, the untouched release, a broken notebook and the cheats (the
+    whole bank is in the grading benchmark). Variants that would damage an unsandboxed course, or whose effect
+    depends on timing, are left out."""
     variants = {name: v for name, v in harness.bank(step).items() if not (v.get("stock_hole") or v.get("at_most"))}
-    every_route = step in integrity.EVERY_ROUTE_ON
+    counts = {"mistake": 1}
+    if step == integrity.EVERY_ROUTE_ON[0]:
+        counts.update(correct=1, broken=1, cheat=0)
     sample = {}
-    for kind, count in (("correct", 1), ("mistake", 2 if every_route else 1), ("broken", 2 if every_route else 0)):
+    for kind, count in counts.items():
         sample.update({name: variants[name] for name in sorted(n for n, v in variants.items() if v["kind"] == kind)[:count]})
-    sample.update({name: variants[name] for name in IDENTITY_CHEATS if every_route and name in variants})
+    if step == integrity.EVERY_ROUTE_ON[0]:
+        sample.update({name: variants[name] for name in IDENTITY_CHEATS})
+        sample[UNTOUCHED] = None
     return sample
 
 
@@ -104,7 +110,7 @@ def graded(request, base_course):
     summary = harness.grade_class(course_dir, *steps, workers=2)
     after = fingerprint(course_dir)
     graded = {step: results_of(course_dir, step, [ANSWER_KEY, UNTOUCHED, *harness.bank(step)]) for step in steps}
-    return {"summary": summary, "files": (before, after), **graded}
+    return {"summary": summary, "files": (before, after), "course": course_dir, **graded}
 
 
 @pytest.fixture(scope="module")
@@ -115,12 +121,15 @@ def graded_with_kernels(request, base_course):
     shutil.copytree(base_course, course_dir)
     steps = steps_needed(request)
     for step in steps:
-        submit_class(course_dir, step, identity_sample(step))
+        harness.submit(course_dir, ANSWER_KEY, step, harness.variant_notebook(step, {}))
+        for name, variant in identity_sample(step).items():
+            harness.submit(course_dir, name, step, harness.variant_submission(step, variant) if variant else
+                           (ROOT / "release" / step / f"{step}.ipynb").read_text())
 
     def autograde(step):
         harness.nbgrader(course_dir, "autograde", step, "--force", "--Execute.timeout=10", check=False,
                          env={"COURSE_EXECUTOR": "kernel"})
-        return {s: harness.cell_scores(course_dir, step, s) for s in [ANSWER_KEY, UNTOUCHED, *identity_sample(step)]}
+        return {s: harness.cell_scores(course_dir, step, s) for s in [ANSWER_KEY, *identity_sample(step)]}
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(zip(steps, pool.map(autograde, steps)))
@@ -186,6 +195,29 @@ def test_no_submission_changes_a_file_of_the_course(graded):
     before, after = graded["files"]
     changed = sorted(name for name in before.keys() | after.keys() if before.get(name) != after.get(name))
     assert not changed, f"grading the class changed or deleted: {changed[:10]}"
+
+
+def test_two_workers_on_one_sqlite_gradebook_lose_and_duplicate_no_grade(graded):
+    """Every submission of the class (two workers wrote side by side) once in the gradebook, with all its cells."""
+    steps = [step for step in graded if step in STEPS]
+    with sqlite3.connect(graded["course"] / "gradebook.db") as db:
+        grades = db.execute(
+            "SELECT student.id, assignment.name, COUNT(grade.id) FROM grade "
+            "JOIN submitted_notebook ON grade.notebook_id = submitted_notebook.id "
+            "JOIN submitted_assignment ON submitted_notebook.assignment_id = submitted_assignment.id "
+            "JOIN assignment ON submitted_assignment.assignment_id = assignment.id "
+            "JOIN student ON submitted_assignment.student_id = student.id "
+            "GROUP BY submitted_assignment.id").fetchall()
+        cells = dict(db.execute("SELECT assignment.name, COUNT(grade_cells.id) FROM grade_cells "
+                                "JOIN notebook ON grade_cells.notebook_id = notebook.id "
+                                "JOIN assignment ON notebook.assignment_id = assignment.id "
+                                "GROUP BY assignment.name").fetchall())
+    graded_once = [(student, step) for student, step, _ in grades]
+    assert len(graded_once) == len(set(graded_once)), "a submission is in the gradebook twice"
+    missing = [(student, step) for step in steps for student in [ANSWER_KEY, UNTOUCHED, *harness.bank(step)]
+               if (student, step) not in graded_once]
+    assert not missing, f"graded but not in the gradebook: {missing}"
+    assert all(count == cells[step] for _, step, count in grades), "a submission lacks grades of some cells"
 
 
 @pytest.mark.parametrize("step", integrity.EVERY_ROUTE_ON)

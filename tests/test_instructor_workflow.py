@@ -4,10 +4,13 @@ generate -> release -> (student fetches, works, submits) -> collect -> autograde
 import csv
 import getpass
 
+import pytest
+
 import harness
 from conftest import STEPS
 
 COURSE_ID = "attention-step-by-step"
+STEP = STEPS[0]
 
 
 def test_full_nbgrader_workflow_through_the_exchange(tmp_path):
@@ -39,33 +42,43 @@ def test_full_nbgrader_workflow_through_the_exchange(tmp_path):
         (student, sum(harness.autograded_cells(step).values()))]
 
 
-def test_class_grading_works_from_a_fresh_clone(tmp_path):
-    """No `nbgrader generate_assignment` first: `course.py grade` registers the assignment itself and says so."""
-    step = STEPS[0]
-    course_dir = tmp_path / "clone"
+HOSTILE_IDS = ["ada,bob", "=HYPERLINK(1)", "line\nbreak", "a..b", "-rf"]
+
+
+@pytest.fixture(scope="module")
+def fresh_clone_class(tmp_path_factory):
+    """A fresh clone (no `nbgrader generate_assignment` run) with a class dropped into submitted/: two honest
+    students, ids a file system or a spreadsheet would misread, and a student whose answers carry script. One run of
+    `course.py grade`, as an instructor would start."""
+    course_dir = tmp_path_factory.mktemp("clone") / "course"
     course_dir.mkdir()
     harness.course.make_course_copy(course_dir)
     harness.shutil.copytree(harness.ROOT / "release", course_dir / "release")
-    harness.submit(course_dir, "ada", step, harness.variant_notebook(step, {}))
-    summary = harness.grade_class(course_dir, step)
-    assert f"{step}: not in the gradebook yet, registering it" in summary and "Graded 1 of 1" in summary, summary
-    assert harness.cell_scores(course_dir, step, "ada") == harness.autograded_cells(step)
+    key = harness.variant_notebook(STEP, {})
+    for student in ["ada", "bob", *HOSTILE_IDS]:
+        harness.submit(course_dir, student, STEP, key)
+    cells = {"reading_the_scores": HOSTILE_MARKDOWN,
+             "attention_scores": HOSTILE_OUTPUTS + "def attention_scores(inputs):\n    return inputs @ inputs.mT\n"}
+    harness.submit(course_dir, "mallory", STEP, harness.variant_notebook(STEP, cells))
+    return course_dir, harness.grade_class(course_dir, STEP, workers=2)
 
 
-def test_ids_that_would_be_misread_are_refused_and_no_classmate_is_left_ungraded(tmp_path):
-    step = STEPS[0]
-    course_dir = harness.make_course(tmp_path / "course", steps=[step])
-    key = harness.variant_notebook(step, {})
-    hostile = ["ada,bob", "=HYPERLINK(1)", "line\nbreak", "a..b", "-rf"]
-    for student in ["ada", "bob", *hostile]:
-        harness.submit(course_dir, student, step, key)
-    summary = harness.grade_class(course_dir, step)
-    for student in hostile:
+def test_class_grading_works_from_a_fresh_clone(fresh_clone_class):
+    """`course.py grade` registers the assignment itself and says so."""
+    course_dir, summary = fresh_clone_class
+    assert f"{STEP}: not in the gradebook yet, registering it" in summary and "Graded 3 of 3" in summary, summary
+    assert harness.cell_scores(course_dir, STEP, "ada") == harness.autograded_cells(STEP)
+
+
+def test_ids_that_would_be_misread_are_refused_and_no_classmate_is_left_ungraded(fresh_clone_class):
+    course_dir, summary = fresh_clone_class
+    for student in HOSTILE_IDS:
         assert f"refused 'submitted/{student}'".replace("\n", "\\n") in summary, summary
-    full = harness.autograded_cells(step)
-    assert harness.cell_scores(course_dir, step, "ada") == full and harness.cell_scores(course_dir, step, "bob") == full
+    full = harness.autograded_cells(STEP)
+    assert harness.cell_scores(course_dir, STEP, "ada") == full and harness.cell_scores(course_dir, STEP, "bob") == full
     with open(course_dir / "grades.csv", newline="") as f:
-        assert sorted(row["student_id"] for row in csv.DictReader(f) if row["assignment"] == step) == ["ada", "bob"]
+        exported = sorted(row["student_id"] for row in csv.DictReader(f) if row["assignment"] == STEP)
+    assert exported == ["ada", "bob", "mallory"]
 
 
 def test_exported_cells_that_a_spreadsheet_would_run_are_neutralised(tmp_path):
@@ -131,12 +144,7 @@ def active_parts(page):
     return parser.found
 
 
-def test_feedback_shows_student_html_without_running_it(tmp_path):
-    step = STEPS[0]
-    course_dir = harness.make_course(tmp_path / "course", steps=[step])
-    cells = {"reading_the_scores": HOSTILE_MARKDOWN,
-             "attention_scores": HOSTILE_OUTPUTS + "def attention_scores(inputs):\n    return inputs @ inputs.mT\n"}
-    harness.submit(course_dir, "mallory", step, harness.variant_notebook(step, cells))
-    harness.grade_class(course_dir, step)
-    page = (course_dir / "feedback" / "mallory" / step / f"{step}.html").read_text()
+def test_feedback_shows_student_html_without_running_it(fresh_clone_class):
+    course_dir, _ = fresh_clone_class
+    page = (course_dir / "feedback" / "mallory" / STEP / f"{STEP}.html").read_text()
     assert "pwned" in page and active_parts(page) == []

@@ -49,8 +49,8 @@ def postgres():
         shutil.rmtree(top, ignore_errors=True)
 
 
-def course_with_class(path, db_url=None):
-    course_dir = harness.make_course(path, steps=STEPS)
+def course_with_class(base, path, db_url=None):
+    course_dir = Path(shutil.copytree(base, path))
     if db_url:  # the README's recipe: point the gradebook at the one PostgreSQL database
         with open(course_dir / "nbgrader_config.py", "a") as config:
             config.write(f"\nc.CourseDirectory.db_url = {db_url!r}\n")
@@ -70,10 +70,11 @@ def grades(course_dir):
 
 
 def test_two_shards_on_one_postgresql_gradebook_grade_like_one_machine(tmp_path, postgres):
-    alone = course_with_class(tmp_path / "one-machine")
+    base = harness.make_course(tmp_path / "generated", steps=STEPS)
+    alone = course_with_class(base, tmp_path / "one-machine")
     harness.grade_class(alone, workers=2)
 
-    shared = course_with_class(tmp_path / "shards", db_url=postgres)
+    shared = course_with_class(base, tmp_path / "shards", db_url=postgres)
     command = [sys.executable, "-m", "attention_grader.grading", "--workers", "2", "--timeout", "10",
                "--root", str(shared)] + ([] if harness.SANDBOX else ["--unsandboxed"])
     shards = [subprocess.Popen(command + ["--shard", f"{k}/2"], cwd=shared, stdout=subprocess.PIPE,
