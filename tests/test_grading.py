@@ -209,7 +209,8 @@ def test_two_workers_on_one_sqlite_gradebook_lose_and_duplicate_no_grade(graded)
             "JOIN student ON submitted_assignment.student_id = student.id "
             "GROUP BY submitted_assignment.id").fetchall()
         cells = dict(db.execute("SELECT assignment.name, COUNT(grade_cells.id) FROM grade_cells "
-                                "JOIN notebook ON grade_cells.notebook_id = notebook.id "
+                                "JOIN base_cell ON grade_cells.id = base_cell.id "
+                                "JOIN notebook ON base_cell.notebook_id = notebook.id "
                                 "JOIN assignment ON notebook.assignment_id = assignment.id "
                                 "GROUP BY assignment.name").fetchall())
     graded_once = [(student, step) for student, step, _ in grades]
