@@ -81,6 +81,16 @@ def test_ids_that_would_be_misread_are_refused_and_no_classmate_is_left_ungraded
     assert exported == ["ada", "bob", "mallory"]
 
 
+def test_ids_given_on_the_command_line_are_checked_too():
+    from attention_grader.grading import is_safe_id, main
+    for name in ["a/b", "..", "../x", "ada,bob", "=1+1", "-rf", "line\nbreak", ""]:
+        assert not is_safe_id(name), name
+    assert all(is_safe_id(name) for name in ["ada", "ada.lovelace", "a_b-c", "ada@example.org", "01_dot_product_scores"])
+    with pytest.raises(SystemExit) as refused:
+        main(["--student", "../x", "--root", "/nonexistent"])
+    assert refused.value.code == 2
+
+
 def test_exported_cells_that_a_spreadsheet_would_run_are_neutralised(tmp_path):
     from attention_grader.grading import neutralise_csv
     path = tmp_path / "grades.csv"

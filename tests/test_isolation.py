@@ -1,7 +1,7 @@
 """One submission cannot touch another student's grade: each attack of issue 13 graded first, honest classmates after
 it, through the instructor's command with one and with two workers.
 
-Every attacker hands in the untouched release plus its attack, so any point it earns is unearned. Each is followed
+Every attacker hands in the untouched release plus its attack (or a link to a classmate's notebook), so any point it earns is unearned. Each is followed
 (in grading order) by a victim: the answer key or a known mistake, whose score is known from the bank. Shown to work
 against the undefended executor: forged messages shifted the next student's grade by one notebook (commit 6f13455),
 a process left running or a notebook's children together over the memory limit got through before the tree of
@@ -109,6 +109,13 @@ def test_no_attack_changes_a_classmate_s_grade_or_earns_a_point(workers, base_co
         victim = f"r{index}b_victim_{kind}"
         harness.submit(course_dir, victim, STEP, victims[kind][0])
         expected[victim] = victims[kind][1]
+    # a notebook that is a link to a classmate's: staged without it, so graded as missing
+    linker = "r9a_links_a_classmate_s_notebook"
+    harness.submit(course_dir, linker, STEP, None)
+    (course_dir / "submitted" / linker / STEP / f"{STEP}.ipynb").symlink_to(
+        course_dir / "submitted" / "r9b_victim_key" / STEP / f"{STEP}.ipynb")
+    harness.submit(course_dir, "r9b_victim_key", STEP, victims["key"][0])
+    expected.update({linker: {cell: 0.0 for cell in full}, "r9b_victim_key": full})
     command = [sys.executable, "-m", "attention_grader.grading", STEP, "--workers", str(workers), "--timeout", "10",
                "--root", str(course_dir)]
     run = subprocess.run(command, cwd=course_dir, capture_output=True, text=True, timeout=600)
@@ -118,6 +125,7 @@ def test_no_attack_changes_a_classmate_s_grade_or_earns_a_point(workers, base_co
     assert not wrong, f"scores other than earned (expected, got): {wrong}\n{run.stdout}"
     flagged = {line.split(" / ")[0].strip() for line in run.stdout.splitlines() if f" / {STEP}:" in line}
     assert f"r{sorted(ATTACKS).index('children_over_the_memory_limit')}a_children_over_the_memory_limit" in flagged
+    assert linker in flagged and "refused files" in run.stdout
     assert not any("victim" in student for student in flagged), run.stdout
     # nothing a submission printed reaches the instructor's terminal as a control sequence
     assert "\x1b" not in run.stdout + run.stderr

@@ -176,6 +176,8 @@ def worker(root, timeout=None, feedback=True, sandbox=True):
     if not sandbox:
         config.ForkingExecute.sandbox = False
     reuse_database_connections()
+    import torch
+    torch.set_num_threads(1)  # the judges' reference runs: one worker per core, side by side
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
 
