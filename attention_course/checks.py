@@ -4,6 +4,7 @@ Every failure says what was expected, what came, and the likely mistake, as an A
 nbgrader shows to the student. Nothing here knows an answer: the expected values come from the test.
 Imported in a notebook, this module makes IPython show a failed check as its message alone, without a traceback.
 """
+import re
 import torch
 
 # Taken once at import, so that a notebook which later replaces torch.allclose cannot fool these checks.
@@ -78,7 +79,7 @@ def expect_value_error(description, call, argument):
     except NotImplementedError:
         raise CheckFailed(f"{description}: not written yet, replace the `raise NotImplementedError` line") from None
     except ValueError as error:
-        if argument not in str(error):
+        if not re.search(rf"(?<![A-Za-z0-9_]){re.escape(argument)}(?![A-Za-z0-9_])", str(error)):  # a word, not a letter
             problem = f"{description} raised ValueError({str(error)!r}), which does not name `{argument}`"
             hint = f"say which argument is wrong, e.g. raise ValueError(f\"... {argument}={{...}} ...\")"
     except Exception as error:
