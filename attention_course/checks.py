@@ -70,8 +70,9 @@ def expect_runs(description, function, *args, hint="", **kwargs):
         raise CheckFailed(message + (f"\n  likely mistake: {hint}" if hint else "")) from error
 
 
-def expect_value_error(description, call, argument):
-    """`call()` must raise a ValueError whose message names `argument` (not an assert, not a later shape error)."""
+def expect_value_error(description, call, argument, also=()):
+    """`call()` must raise a ValueError whose message names `argument`, or one of the words in `also`, as a word
+    (not an assert, not a later shape error)."""
     problem, hint = None, f"check `{argument}` first and raise ValueError naming it (not assert, not a later shape error)"
     try:
         call()
@@ -79,7 +80,8 @@ def expect_value_error(description, call, argument):
     except NotImplementedError:
         raise CheckFailed(f"{description}: not written yet, replace the `raise NotImplementedError` line") from None
     except ValueError as error:
-        if not re.search(rf"(?<![A-Za-z0-9_]){re.escape(argument)}(?![A-Za-z0-9_])", str(error)):  # a word, not a letter
+        words = "|".join(re.escape(word) for word in (argument, *also))
+        if not re.search(rf"(?<![A-Za-z0-9_])({words})(?![A-Za-z0-9_])", str(error)):  # a word, not a letter
             problem = f"{description} raised ValueError({str(error)!r}), which does not name `{argument}`"
             hint = f"say which argument is wrong, e.g. raise ValueError(f\"... {argument}={{...}} ...\")"
     except Exception as error:
