@@ -1,15 +1,19 @@
 """Time every causal multi-head attention implementation of the course on the same input.
 
-The five modules below follow the course's contract (steps 5 to 8); a thin wrapper around PyTorch's own
-`nn.MultiheadAttention` joins them for comparison. Each maps (batch, tokens, d_model) to (batch, tokens, d_model).
+The course's modules (steps 6 to 8) come from the answer keys in solutions/, loaded at run time; a thin wrapper
+around PyTorch's own `nn.MultiheadAttention` joins them. Each maps (batch, tokens, d_model) to (batch, tokens,
+d_model) through the same layers, so the differences are in how the work is organised.
 
     python benchmarks/attention_benchmark.py --size small
     python benchmarks/attention_benchmark.py --size gpt2 --device cuda --dtype bfloat16
 """
 import argparse
+import ast
+import json
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import NamedTuple, Optional
 
 import torch
@@ -17,149 +21,39 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
-def _check_divisible(d_out, num_heads):
-    if d_out % num_heads != 0:
-        raise ValueError(f"d_out ({d_out}) must be divisible by num_heads ({num_heads})")
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def _check_num_tokens(num_tokens, context_length):
-    if num_tokens > context_length:
-        raise ValueError(f"{num_tokens} tokens exceed context_length ({context_length})")
+def load_solutions(*steps):
+    """The definitions (imports, classes, functions) of the answer keys in solutions/, run at call time.
+
+    No exercise's answer is written in this file, so a lesson or a student importing it reads none.
+    """
+    namespace = {"__name__": "solutions"}
+    for step in steps:
+        notebook = json.loads((ROOT / "solutions" / step / f"{step}.ipynb").read_text())
+        for cell in notebook["cells"]:
+            if cell["cell_type"] != "code" or cell["metadata"].get("nbgrader", {}).get("grade"):
+                continue
+            tree = ast.parse("".join(cell["source"]))
+            tree.body = [node for node in tree.body if isinstance(node, DEFINITIONS)]
+            exec(compile(tree, f"<solutions/{step}>", "exec"), namespace)
+    return namespace
 
 
-def _causal_mask(context_length):
-    """Bool (context_length, context_length), True above the diagonal: the future each query must not see."""
-    return torch.triu(torch.ones(context_length, context_length, dtype=torch.bool), diagonal=1)
+DEFINITIONS = (ast.Import, ast.ImportFrom, ast.ClassDef, ast.FunctionDef)
 
 
-class CausalAttention(nn.Module):
-    """One causal attention head (step 5)."""
+class WrapperWithOutProj(nn.Module):
+    """The step-6 wrapper followed by an output projection, so that it computes what the other modules compute."""
 
-    def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
+    def __init__(self, wrapper, d_model):
         super().__init__()
-        self.context_length = context_length
-        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.dropout = nn.Dropout(dropout)
-        self.register_buffer("mask", _causal_mask(context_length))
+        self.wrapper = wrapper
+        self.out_proj = nn.Linear(d_model, d_model)
 
     def forward(self, x):
-        num_tokens = x.shape[1]
-        _check_num_tokens(num_tokens, self.context_length)
-        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)
-        attn_scores = queries @ keys.transpose(-2, -1)
-        attn_scores = attn_scores.masked_fill(self.mask[:num_tokens, :num_tokens], float("-inf"))
-        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
-        attn_weights = self.dropout(attn_weights)
-        return attn_weights @ values
-
-
-class MultiHeadAttentionWrapper(nn.Module):
-    """Independent CausalAttention heads run one after another, outputs concatenated (step 6): d_out * num_heads wide."""
-
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
-        super().__init__()
-        self.heads = nn.ModuleList(
-            CausalAttention(d_in, d_out, context_length, dropout, qkv_bias) for _ in range(num_heads)
-        )
-
-    def forward(self, x):
-        return torch.cat([head(x) for head in self.heads], dim=-1)
-
-
-class MultiHeadAttention(nn.Module):
-    """All heads from one projection per query, key and value, split into heads by reshaping (step 7)."""
-
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
-        super().__init__()
-        _check_divisible(d_out, num_heads)
-        self.d_out = d_out
-        self.num_heads = num_heads
-        self.head_dim = d_out // num_heads
-        self.context_length = context_length
-        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.out_proj = nn.Linear(d_out, d_out)
-        self.dropout = nn.Dropout(dropout)
-        self.register_buffer("mask", _causal_mask(context_length))
-
-    def forward(self, x):
-        batch_size, num_tokens, _ = x.shape
-        _check_num_tokens(num_tokens, self.context_length)
-
-        def split_heads(t):
-            return t.view(batch_size, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
-
-        queries, keys, values = split_heads(self.W_query(x)), split_heads(self.W_key(x)), split_heads(self.W_value(x))
-        attn_scores = queries @ keys.transpose(-2, -1)
-        attn_scores = attn_scores.masked_fill(self.mask[:num_tokens, :num_tokens], float("-inf"))
-        attn_weights = torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1)
-        attn_weights = self.dropout(attn_weights)
-        context_vecs = (attn_weights @ values).transpose(1, 2).reshape(batch_size, num_tokens, self.d_out)
-        return self.out_proj(context_vecs)
-
-
-class MultiHeadAttentionCombinedQKV(nn.Module):
-    """MultiHeadAttention with the three projections fused into one matrix multiplication (step 8)."""
-
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
-        super().__init__()
-        _check_divisible(d_out, num_heads)
-        self.d_out = d_out
-        self.num_heads = num_heads
-        self.head_dim = d_out // num_heads
-        self.context_length = context_length
-        self.qkv = nn.Linear(d_in, 3 * d_out, bias=qkv_bias)
-        self.out_proj = nn.Linear(d_out, d_out)
-        self.dropout = nn.Dropout(dropout)
-        self.register_buffer("mask", _causal_mask(context_length))
-
-    def forward(self, x):
-        batch_size, num_tokens, _ = x.shape
-        _check_num_tokens(num_tokens, self.context_length)
-        # (b, T, 3 * d_out) -> (3, b, H, T, head_dim): query, key, value in the order of qkv's output rows.
-        qkv = self.qkv(x).view(batch_size, num_tokens, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        queries, keys, values = qkv.unbind(0)
-        attn_scores = queries @ keys.transpose(-2, -1)
-        attn_scores = attn_scores.masked_fill(self.mask[:num_tokens, :num_tokens], float("-inf"))
-        attn_weights = torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1)
-        attn_weights = self.dropout(attn_weights)
-        context_vecs = (attn_weights @ values).transpose(1, 2).reshape(batch_size, num_tokens, self.d_out)
-        return self.out_proj(context_vecs)
-
-
-class MultiHeadAttentionSDPA(nn.Module):
-    """MultiHeadAttention whose attention core is PyTorch's fused scaled_dot_product_attention (step 8)."""
-
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
-        super().__init__()
-        _check_divisible(d_out, num_heads)
-        self.d_out = d_out
-        self.num_heads = num_heads
-        self.head_dim = d_out // num_heads
-        self.context_length = context_length
-        self.dropout_p = dropout
-        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.out_proj = nn.Linear(d_out, d_out)
-
-    def forward(self, x):
-        batch_size, num_tokens, _ = x.shape
-        _check_num_tokens(num_tokens, self.context_length)
-
-        def split_heads(t):
-            return t.view(batch_size, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
-
-        queries, keys, values = split_heads(self.W_query(x)), split_heads(self.W_key(x)), split_heads(self.W_value(x))
-        # SDPA applies dropout whenever dropout_p > 0: it does not know about train/eval mode.
-        context_vecs = F.scaled_dot_product_attention(
-            queries, keys, values, dropout_p=self.dropout_p if self.training else 0.0, is_causal=True
-        )
-        context_vecs = context_vecs.transpose(1, 2).reshape(batch_size, num_tokens, self.d_out)
-        return self.out_proj(context_vecs)
+        return self.out_proj(self.wrapper(x))
 
 
 class TorchMultiheadAttention(nn.Module):
@@ -173,15 +67,13 @@ class TorchMultiheadAttention(nn.Module):
         super().__init__()
         if d_in != d_out:
             raise ValueError(f"nn.MultiheadAttention needs d_in ({d_in}) equal to d_out ({d_out})")
-        _check_divisible(d_out, num_heads)
         self.context_length = context_length
         self.attention = nn.MultiheadAttention(d_out, num_heads, dropout=dropout, bias=qkv_bias, batch_first=True)
         # nn.MultiheadAttention's boolean attn_mask is True where attention is BLOCKED (SDPA's is the opposite).
-        self.register_buffer("mask", _causal_mask(context_length))
+        self.register_buffer("mask", torch.ones(context_length, context_length, dtype=torch.bool).triu(1))
 
     def forward(self, x):
         num_tokens = x.shape[1]
-        _check_num_tokens(num_tokens, self.context_length)
         context_vecs, _ = self.attention(
             x, x, x, attn_mask=self.mask[:num_tokens, :num_tokens], need_weights=False
         )
@@ -203,19 +95,22 @@ SIZES = {
     "gpt2": BenchmarkSize(batch_size=1, num_tokens=1024, d_model=768, num_heads=12, repeats=5),
 }
 
-WRAPPER = "wrapper (step 6)"
+WRAPPER = "wrapper (step 6) + out_proj"
 
 
 def build_implementations(d_model, num_heads, context_length, dropout=0.0):
-    """One module per implementation, keyed by display name, each mapping (b, T, d_model) to (b, T, d_model)."""
+    """One module per implementation, keyed by display name, each mapping (b, T, d_model) to (b, T, d_model) with
+    the same layers: three projections, causal attention in every head, and an output projection."""
+    solutions = load_solutions("07_weight_split_mha", "08_efficient_attention")
     head_dim = d_model // num_heads
     args = (d_model, d_model, context_length, dropout, num_heads)
+    # Each wrapper head is head_dim wide so that the concatenation is d_model wide like the others.
+    wrapper = solutions["MultiHeadAttentionWrapper"](d_model, head_dim, context_length, dropout, num_heads)
     return {
-        # Each wrapper head is head_dim wide so that the concatenation is d_model wide like the others.
-        WRAPPER: MultiHeadAttentionWrapper(d_model, head_dim, context_length, dropout, num_heads),
-        "split weights (step 7)": MultiHeadAttention(*args),
-        "fused QKV": MultiHeadAttentionCombinedQKV(*args),
-        "SDPA": MultiHeadAttentionSDPA(*args),
+        WRAPPER: WrapperWithOutProj(wrapper, d_model),
+        "split weights (step 7)": solutions["MultiHeadAttention"](*args),
+        "fused QKV (step 8)": solutions["MultiHeadAttentionCombinedQKV"](*args),
+        "SDPA (step 8)": solutions["MultiHeadAttentionSDPA"](*args),
         "nn.MultiheadAttention": TorchMultiheadAttention(*args),
     }
 

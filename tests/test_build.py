@@ -1,5 +1,7 @@
 """The course layout, and release/ and solutions/ exactly as the build makes them from source/."""
+import ast
 import json
+import re
 
 import nbformat
 import pytest
@@ -58,3 +60,21 @@ def test_solutions_equal_fresh_build(step):
     fresh = course.answer_key(ROOT / "source" / step / f"{step}.ipynb")
     committed = nbformat.read(ROOT / "solutions" / step / f"{step}.ipynb", as_version=4)
     assert cells(committed) == cells(fresh), f"solutions/{step} is stale: {REBUILD}"
+
+
+def names_students_write(step):
+    """The functions and classes defined in the solution cells of a step's master notebook."""
+    nb = nbformat.read(ROOT / "source" / step / f"{step}.ipynb", as_version=4)
+    sources = [cell.source for cell in nb.cells
+               if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution")]
+    return [node.name for source in sources for node in ast.parse(source).body
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_readme_table_lists_what_students_write(step):
+    row = next((line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith(f"| {step[:2]} |")),
+               None)
+    assert row, f"README.md has no row for step {step[:2]} in its table of what students write"
+    listed = re.findall(r"`(\w+)`", row.split("|")[3])
+    assert listed == names_students_write(step), f"README.md's row for {step[:2]} lists {listed}"

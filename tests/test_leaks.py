@@ -1,5 +1,6 @@
 """Nothing hidden reaches students: no solution code in release/, no hidden test or judge in release/, solutions/, the
 lessons or the student package, and nothing a student installs or opens imports the grader package."""
+import ast
 import re
 
 import nbformat
@@ -63,6 +64,42 @@ def test_no_hidden_test_code_is_copied_into_lessons_or_package(step, where):
     found = sorted(f"{path.relative_to(ROOT)}: {pair[0]} / {pair[1]}"
                    for path in STUDENT_FILES[where](step) for pair in hidden & pairs(stripped_lines(path)))
     assert not found, f"hidden tests of {step} are copied into {where}:\n" + "\n".join(found)
+
+
+def lessons_up_to(step):
+    """The lessons a student reads before doing the exercise of `step`: its own and the earlier ones."""
+    return [path for path in sorted((ROOT / "notebooks").glob("*.ipynb")) if path.stem[:2] <= step[:2]]
+
+
+@pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize("where", ["lessons", "benchmarks"])
+def test_no_exercise_answer_is_shown_before_its_exercise(step, where):
+    """Two consecutive lines of an answer are a copy: none in the lessons up to the step's own, none in benchmarks/
+    (which loads the answer keys from solutions/ at run time instead)."""
+    runs, outside = block_runs(step, *SOLUTION)
+    answer = {pair for run in runs for pair in pairs(run) if not set(pair) <= outside and min(map(len, pair)) > 8}
+    paths = lessons_up_to(step) if where == "lessons" else sorted((ROOT / "benchmarks").glob("*.py"))
+    found = sorted(f"{path.relative_to(ROOT)}: {pair[0]} / {pair[1]}"
+                   for path in paths for pair in answer & pairs(stripped_lines(path)))
+    assert not found, f"the answer of {step} appears in {where}:\n" + "\n".join(found)
+
+
+LESSON_IMPORTS = {"attention_course", "matplotlib", "torch", "math", "os", "statistics", "time"}
+
+
+@pytest.mark.parametrize("lesson", sorted(path.name for path in (ROOT / "notebooks").glob("*.ipynb")))
+def test_lessons_import_only_the_student_package_and_libraries(lesson):
+    nb = nbformat.read(ROOT / "notebooks" / lesson, as_version=4)
+    imported = set()
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            for node in ast.walk(ast.parse(cell.source)):
+                if isinstance(node, ast.Import):
+                    imported |= {alias.name.split(".")[0] for alias in node.names}
+                elif isinstance(node, ast.ImportFrom):
+                    imported.add((node.module or ".").split(".")[0])
+            assert "sys.path" not in cell.source and "__import__" not in cell.source, f"{lesson} changes what it imports"
+    assert imported <= LESSON_IMPORTS, f"{lesson} imports {sorted(imported - LESSON_IMPORTS)}"
 
 
 @pytest.mark.parametrize("step", STEPS)

@@ -242,7 +242,7 @@ VARIANTS = {
             "wrapper_to_split": _WRAPPER_TO_SPLIT_TRANSPOSED,
             "gpt2_small_attention_params": (
                 "def gpt2_small_attention_params():\n"
-                "    mha = MultiHeadAttention(768, 768, 1024, 0.0, 12)\n"
+                "    mha = MultiHeadAttention(768, 768, 1024, 0.0, 12, qkv_bias=True)\n"
                 "    return int(sum(p.numel() for p in mha.parameters() if p.requires_grad))\n"
             ),
         },
@@ -324,7 +324,6 @@ VARIANTS = {
         "fails": {
             "test_multi_head_attention": "out_proj",
             "test_wrapper_to_split": "out_proj",
-            "test_gpt2_small_attention_params": "expected 2,360,064",
         },
     },
     "dropout_never_applied": {
@@ -388,7 +387,7 @@ VARIANTS = {
         "kind": "mistake",
         "cells": {"gpt2_small_attention_params": (
             "def gpt2_small_attention_params():\n"
-            "    module = MultiHeadAttention(768, 768, 1024, 0.0, num_heads=12)\n"
+            "    module = MultiHeadAttention(768, 768, 1024, 0.0, num_heads=12, qkv_bias=True)\n"
             "    return torch.tensor([p.numel() for p in module.parameters()]).sum()\n")},
         "fails": {"test_gpt2_small_attention_params": "should return an int"},
     },
@@ -396,8 +395,15 @@ VARIANTS = {
         "kind": "mistake",
         "cells": {"gpt2_small_attention_params": (
             "def gpt2_small_attention_params():\n"
-            "    module = MultiHeadAttention(768, 768, 1024, 0.0, num_heads=12)\n"
+            "    module = MultiHeadAttention(768, 768, 1024, 0.0, num_heads=12, qkv_bias=True)\n"
             "    return sum(t.numel() for t in module.state_dict().values())\n")},
         "fails": {"test_gpt2_small_attention_params": "buffer"},
+    },
+    "gpt2_without_qkv_bias": {
+        "kind": "mistake",
+        "cells": {"gpt2_small_attention_params": (
+            "def gpt2_small_attention_params():\n"
+            "    return 4 * 768 * 768 + 768\n")},
+        "fails": {"test_gpt2_small_attention_params": "has a bias"},
     },
 }

@@ -387,8 +387,8 @@ def wrapper_to_split(inputs):
 
 def gpt2_small_attention_params(inputs):
     return [call_check("gpt2_small_attention_params()", "gpt2_small_attention_params", atol=0, rtol=0,
-                       hint="count module.parameters() (the mask is a buffer, not a parameter): W_query, W_key and "
-                            "W_value without bias, out_proj with its bias; return a Python int")]
+                       hint="four 768 x 768 weights and four biases of 768 (GPT-2's query, key and value projection "
+                            "has a bias; a mask is a buffer, not a parameter); return a Python int")]
 
 
 CELLS = {

@@ -1,0 +1,38 @@
+"""benchmarks/attention_benchmark.py times the answer keys of solutions/, and every row computes the same layer."""
+import sys
+
+import torch
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import attention_benchmark  # noqa: E402
+
+
+def test_every_implementation_computes_the_same_layer():
+    torch.manual_seed(0)
+    modules = attention_benchmark.build_implementations(d_model=8, num_heads=2, context_length=5)
+    split = modules["split weights (step 7)"]
+    fused = modules["fused QKV (step 8)"]
+    sdpa = modules["SDPA (step 8)"]
+    with torch.no_grad():
+        sdpa.load_state_dict(split.state_dict(), strict=False)  # SDPA needs no mask buffer
+        fused.qkv.weight.copy_(torch.cat([split.W_query.weight, split.W_key.weight, split.W_value.weight]))
+        fused.out_proj.load_state_dict(split.out_proj.state_dict())
+        wrapper = modules[attention_benchmark.WRAPPER]
+        for h, head in enumerate(wrapper.wrapper.heads):  # head h is rows h*4:(h+1)*4 of each projection
+            for name in ("W_query", "W_key", "W_value"):
+                getattr(head, name).weight.copy_(getattr(split, name).weight[4 * h:4 * (h + 1)])
+        wrapper.out_proj.load_state_dict(split.out_proj.state_dict())
+        x = torch.randn(3, 5, 8)
+        expected = split.eval()(x)
+        for name in ("fused QKV (step 8)", "SDPA (step 8)", attention_benchmark.WRAPPER):
+            assert torch.allclose(modules[name].eval()(x), expected, atol=1e-5), name
+
+
+def test_the_benchmark_prints_one_row_per_implementation():
+    size = attention_benchmark.BenchmarkSize(batch_size=1, num_tokens=8, d_model=8, num_heads=2, repeats=1)
+    rows = attention_benchmark.benchmark(size, backward=True, warmup=0)
+    table = attention_benchmark.format_table(rows)
+    assert [row.name for row in rows] == list(attention_benchmark.build_implementations(8, 2, 8))
+    assert len(table.splitlines()) == len(rows) + 1
