@@ -176,3 +176,21 @@ def test_decoding_checks_every_field():
                 {**good, "extra": 1}, "not a dict", {**good, "shape": [2 ** 40, 2 ** 40]}]:
         with pytest.raises(PlanError):
             decode_tensor(bad)
+
+
+def test_a_module_that_sees_positions_is_told_attention_is_blind_to_order():
+    step = "03_trainable_qkv"
+    reference_v2 = reference(step)["SelfAttention_v2"]
+
+    class WithPositionBias(reference_v2):
+        def forward(self, x):
+            queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)
+            position_bias = 0.5 * torch.arange(x.shape[-2], dtype=x.dtype)  # a later key scores higher
+            attn_weights = torch.softmax(queries @ keys.mT / keys.shape[-1] ** 0.5 + position_bias, dim=-1)
+            return attn_weights @ values
+
+    check = judging.judges_of(step).shuffled_tokens_check(judging.Inputs(7))
+    for cls, verdict_words in ((reference_v2, None), (WithPositionBias, "blind to order")):
+        got = Interpreter({**reference(step), "SelfAttention_v2": cls}).run_check(check.program.ops)
+        message = judging.judge_check(check, got, reference(step), {})
+        assert (message is None) if verdict_words is None else verdict_words in message, message

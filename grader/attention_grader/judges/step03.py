@@ -4,8 +4,8 @@ import math
 import torch
 
 from attention_course import data
-from attention_grader.judging import G, Check, Expect, Program, compare, raised_message
-from attention_grader.judges.step07 import (EXACT, first_raised, forward_check, linear_state, shape_problem,
+from attention_grader.judging import G, Check, Expect, Program, compare, default_judge, raised_message
+from attention_grader.judges.step07 import (EXACT, differ, first_raised, forward_check, linear_state, shape_problem,
                                             tensor_of, with_hint)
 
 INPUTS = data.journey_inputs()  # (6, 3)
@@ -182,7 +182,37 @@ def self_attention_v2(inputs):
         x = inputs.randn(*lead, t, d_in)
         checks.append(v2_check(f"SelfAttention_v2({d_in}, {d_out}, qkv_bias={bias}) on x of shape {tuple(x.shape)}",
                                d_in, d_out, bias, qkv_state(inputs, d_in, d_out, bias), x))
-    return checks
+    return checks + [shuffled_tokens_check(inputs)]
+
+
+ORDER = ("attention without positions is blind to order: shuffling the tokens must only shuffle the outputs; compute "
+         "everything from x and the module's own layers, not from notebook globals, and use nothing that depends on a "
+         "token's index")
+
+
+def shuffled_tokens_check(inputs):
+    d_in, d_out, num_tokens = 4, 3, 7
+    x = inputs.randn(2, num_tokens, d_in)
+    order = torch.randperm(num_tokens, generator=inputs.generator)
+    p = Program()
+    module = p.call(G("SelfAttention_v2"), d_in, d_out)
+    p.load(module, qkv_state(inputs, d_in, d_out, False))
+    p.record(p.call(module, p.tensor(x)), "the output", V2_HINTS["value_hint"], atol=1e-5)
+    p.record(p.call(module, p.tensor(x[:, order])), "the output on the shuffled tokens", ORDER, atol=1e-5)
+    check = Check(f"SelfAttention_v2({d_in}, {d_out}) on a (2, {num_tokens}, {d_in}) batch and on the same batch "
+                  "with its tokens shuffled", p)
+
+    def judge(got, want):
+        """First the property, on the student's own records (it names the mistake), then the reference's values."""
+        if first_raised(got) is None and len(got) == 3 and all("tensor" in record for record in got[1:]):
+            output, shuffled = tensor_of(got[1]), tensor_of(got[2])
+            if output.shape == (2, num_tokens, d_out) and differ(shuffled, output[:, order], 1e-5):
+                return with_hint(f"{check.what}: the outputs on the shuffled tokens are not the outputs shuffled",
+                                 ORDER)
+        return default_judge(check, got, want)
+
+    check.judge = judge
+    return check
 
 
 # ---------------------------------------------------------------------------------------------------------------
