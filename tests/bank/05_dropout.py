@@ -167,13 +167,13 @@ VARIANTS = {
     "no_value_error_for_p": {
         "kind": "mistake",
         "cells": {"dropout": _DROPOUT_HEAD + _SWITCHES + _DRAW + "    return x * keep / (1 - p)\n"},
-        "fails": {"test_dropout_special_cases": "did not raise a ValueError"},
+        "fails": {"test_dropout_arguments": "did not raise a ValueError"},
     },
     "assert_instead_of_value_error": {
         "kind": "mistake",
         "cells": {"dropout": _DROPOUT_HEAD + "    assert 0 <= p <= 1, 'p must be in [0, 1]'\n" + _SWITCHES + _DRAW +
                   "    return x * keep / (1 - p)\n"},
-        "fails": {"test_dropout_special_cases": "instead of a ValueError"},
+        "fails": {"test_dropout_arguments": "instead of a ValueError"},
     },
     "attention_dropout_on_scores": {
         "kind": "mistake",
@@ -220,7 +220,7 @@ VARIANTS = {
     "attention_no_length_check": {
         "kind": "mistake",
         "cells": {"causal_attention": _causal_attention(check=False)},
-        "fails": {"test_causal_attention": "context_length"},
+        "fails": {"test_causal_attention_arguments": "context_length"},
     },
     "attention_masked_fill_result_dropped": {
         "kind": "mistake",
