@@ -104,7 +104,7 @@ VARIANTS = {
     "no_value_error_for_num_heads": {
         "kind": "mistake",
         "cells": {"multihead_wrapper": _wrapper(check="")},
-        "fails": {"test_wrapper_heads": "did not raise a ValueError"},
+        "fails": {"test_wrapper_arguments": "did not raise a ValueError"},
     },
     "width_used_as_d_out": {
         "kind": "mistake",
@@ -121,7 +121,7 @@ VARIANTS = {
                   "def wrapper_with_output_width(d_in, context_length, width, num_heads, dropout=0.0, qkv_bias=False):\n"
                   "    return MultiHeadAttentionWrapper(d_in, width // num_heads, context_length, dropout, num_heads,\n"
                   "                                     qkv_bias)\n"},
-        "fails": {"test_wrapper_with_output_width": "did not raise a ValueError"},
+        "fails": {"test_wrapper_with_output_width_arguments": "did not raise a ValueError"},
     },
     "width_options_not_passed": {
         "kind": "mistake",

@@ -212,13 +212,16 @@ def num_heads_error(num_heads):
 
 def wrapper_heads(inputs):
     checks = [registered_check(3, 2, 6, 0.5, 3, False),
-              modes_check("the (2, 6, 3) batch", 3, 2, 6, 0.5, 3, False, BATCH),
-              num_heads_error(0)]
+              modes_check("the (2, 6, 3) batch", 3, 2, 6, 0.5, 3, False, BATCH)]
     for d_in, d_out, context, num_heads, bias in [(4, 3, 5, 2, False), (5, 2, 3, 4, True), (2, 7, 4, 1, False)]:
         checks.append(registered_check(d_in, d_out, context, 0.3, num_heads, bias))
         checks.append(modes_check(f"a random (30, {context}, {d_in}) input", d_in, d_out, context, 0.3, num_heads,
                                   bias, inputs.randn(30, context, d_in)))
-    return checks + [num_heads_error(num_heads) for num_heads in (-1, -3)]
+    return checks
+
+
+def wrapper_arguments(inputs):
+    return [num_heads_error(num_heads) for num_heads in (0, -1, -3)]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -303,15 +306,21 @@ def width_error(width, num_heads):
 
 
 def wrapper_with_output_width(inputs):
-    checks = [width_check(3, 6, 2, 2), width_error(5, 2)]
+    checks = [width_check(3, 6, 2, 2)]
     for d_in, context, width, num_heads, rate, bias in [(6, 4, 6, 3, 0.1, True), (4, 9, 8, 1, 0.0, False),
                                                         (5, 2, 12, 4, 0.2, False), (3, 6, 7, 7, 0.0, True)]:
         checks.append(width_check(d_in, context, width, num_heads, rate, bias))
-    return checks + [width_error(width, num_heads) for width, num_heads in [(5, 2), (7, 3), (4, 8)]]
+    return checks
+
+
+def wrapper_with_output_width_arguments(inputs):
+    return [width_error(width, num_heads) for width, num_heads in [(5, 2), (7, 3), (4, 8)]]
 
 
 CELLS = {
     "test_wrapper_output": floats_where_due(wrapper_output),
     "test_wrapper_heads": floats_where_due(wrapper_heads),
+    "test_wrapper_arguments": floats_where_due(wrapper_arguments),
     "test_wrapper_with_output_width": floats_where_due(wrapper_with_output_width),
+    "test_wrapper_with_output_width_arguments": floats_where_due(wrapper_with_output_width_arguments),
 }
