@@ -382,7 +382,7 @@ VARIANTS = {
                   "        out = F.scaled_dot_product_attention(q, k, v, is_causal=True,\n"
                   "                                             dropout_p=self.dropout_p if self.training else 0.0)\n"
                   "        return self.out_proj(out.transpose(1, 2).reshape(b, t, self.d_out))\n"},
-        "fails": {"test_sdpa_attention": "context_length"},
+        "fails": {"test_sdpa_attention_arguments": "context_length"},
     },
     "sdpa_manual_attention": {
         "kind": "mistake",

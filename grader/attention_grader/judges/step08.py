@@ -71,16 +71,23 @@ def combined_qkv(inputs):
         forward_check("MultiHeadAttentionCombinedQKV(3, 4, 6, 0.0, num_heads=2) on the (2, 6, 3) batch", cls,
                       (3, 4, 6, 0.0, 2), fused_state(inputs, 3, 4, False), BATCH, cut=3, changed=changed,
                       **COMBINED_HINTS),
-        value_error_check("MultiHeadAttentionCombinedQKV(4, 6, 5, 0.0, num_heads=4)", cls, (4, 6, 5, 0.0, 4), "d_out"),
     ]
     for d_in, d_out, heads, context, tokens, b, bias in CONFIGS:
         checks += module_checks(inputs, cls, COMBINED_HINTS, d_in, d_out, heads, context, tokens, b, bias)
     checks.append(dropout_check("MultiHeadAttentionCombinedQKV(4, 8, 6, 0.5, num_heads=2) on a random (2, 6, 4) input",
                                 cls, (4, 8, 6, 0.5, 2), fused_state(inputs, 4, 8, False), inputs.randn(2, 6, 4),
                                 inputs.seed(), "apply dropout (nn.Dropout) to the attention weights"))
-    checks.append(value_error_check("a forward pass with 4 tokens through MultiHeadAttentionCombinedQKV(4, 8, 3, 0.0, "
-                                    "num_heads=2)", cls, (4, 8, 3, 0.0, 2), "context_length", torch.zeros(1, 4, 4)))
     return checks
+
+
+def argument_checks(cls):
+    """Bad arguments of Parts 1 and 4: d_out not divisible by num_heads, more tokens than context_length."""
+    return [value_error_check(f"{cls}(4, 6, 5, 0.0, num_heads=4)", cls, (4, 6, 5, 0.0, 4), "d_out"),
+            value_error_check(f"{cls}(3, 9, 6, 0.0, num_heads=2)", cls, (3, 9, 6, 0.0, 2), "d_out"),
+            value_error_check(f"a forward pass with 7 tokens through {cls}(3, 4, 6, 0.5, num_heads=2)", cls,
+                              (3, 4, 6, 0.5, 2), "context_length", torch.zeros(1, 7, 3)),
+            value_error_check(f"a forward pass with 4 tokens through {cls}(4, 8, 3, 0.0, num_heads=2)", cls,
+                              (4, 8, 3, 0.0, 2), "context_length", torch.zeros(1, 4, 4))]
 
 
 def combined_from_split_checks(inputs, d_in, d_out, heads, context, bias, dropout, seed=None):
@@ -182,8 +189,6 @@ def sdpa_attention(inputs):
         forward_check("MultiHeadAttentionSDPA(3, 4, 6, 0.5, num_heads=2) in eval mode on the (2, 6, 3) batch", cls,
                       (3, 4, 6, 0.5, 2), attention_state(inputs, 3, 4, False), BATCH, cut=3, changed=changed,
                       **SDPA_HINTS),
-        value_error_check("a forward pass with 7 tokens through MultiHeadAttentionSDPA(3, 4, 6, 0.5, num_heads=2)", cls,
-                          (3, 4, 6, 0.5, 2), "context_length", torch.zeros(1, 7, 3)),
     ]
     for d_in, d_out, heads, context, tokens, b, bias in CONFIGS:
         checks += module_checks(inputs, cls, SDPA_HINTS, d_in, d_out, heads, context, tokens, b, bias)
@@ -193,14 +198,22 @@ def sdpa_attention(inputs):
                                 inputs.seed(), "pass dropout_p=self.dropout_p while training", copies=1000,
                                 mean_hint="dropout must keep the expected output: let SDPA apply it (dropout_p), do "
                                           "not rescale yourself"))
-    checks.append(value_error_check("MultiHeadAttentionSDPA(4, 6, 5, 0.0, num_heads=4)", cls, (4, 6, 5, 0.0, 4),
-                                    "d_out"))
     return checks
+
+
+def combined_qkv_arguments(inputs):
+    return argument_checks("MultiHeadAttentionCombinedQKV")
+
+
+def sdpa_attention_arguments(inputs):
+    return argument_checks("MultiHeadAttentionSDPA")
 
 
 CELLS = {
     "test_combined_qkv": combined_qkv,
+    "test_combined_qkv_arguments": combined_qkv_arguments,
     "test_combined_from_split": combined_from_split,
     "test_sdpa_causal_bool_mask": sdpa_causal_bool_mask,
     "test_sdpa_attention": sdpa_attention,
+    "test_sdpa_attention_arguments": sdpa_attention_arguments,
 }
