@@ -116,21 +116,23 @@ def graded(request, base_course):
 @pytest.fixture(scope="module")
 def graded_with_kernels(request, base_course):
     """Plain nbgrader on the identity sample: `nbgrader autograde` with its own Execute, one Jupyter kernel per
-    notebook, two steps at a time."""
-    course_dir = base_course.parent / "kernels"
-    shutil.copytree(base_course, course_dir)
-    steps = steps_needed(request)
-    for step in steps:
+    notebook, two steps at a time, each step in its own course copy (two nbgrader processes starting on one SQLite
+    gradebook can collide)."""
+    def autograde(step):
+        course_dir = base_course.parent / "kernels" / step
+        shutil.copytree(base_course, course_dir)
         harness.submit(course_dir, ANSWER_KEY, step, harness.variant_notebook(step, {}))
         for name, variant in identity_sample(step).items():
             harness.submit(course_dir, name, step, harness.variant_submission(step, variant) if variant else
                            (ROOT / "release" / step / f"{step}.ipynb").read_text())
+        result = harness.nbgrader(course_dir, "autograde", step, "--force", "--Execute.timeout=10", check=False,
+                                  env={"COURSE_EXECUTOR": "kernel"})
+        try:
+            return {s: harness.cell_scores(course_dir, step, s) for s in [ANSWER_KEY, *identity_sample(step)]}
+        except Exception as error:
+            raise RuntimeError(f"nbgrader autograde {step} left no grades:\n{result.stdout}\n{result.stderr}") from error
 
-    def autograde(step):
-        harness.nbgrader(course_dir, "autograde", step, "--force", "--Execute.timeout=10", check=False,
-                         env={"COURSE_EXECUTOR": "kernel"})
-        return {s: harness.cell_scores(course_dir, step, s) for s in [ANSWER_KEY, *identity_sample(step)]}
-
+    steps = steps_needed(request)
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(zip(steps, pool.map(autograde, steps)))
 
