@@ -8,8 +8,9 @@ reference on the same inputs and decides every check (the judges live on the ins
 A plan is a list of checks; a check is a list of operations on named registers:
 
     {"set": "x", "value": V}                          x = V
-    {"call": V, "args": [V, ...], "kwargs": {...}, "set": "y", "grad": False}
-                                                      y = V(*args, **kwargs)  (under torch.no_grad unless grad)
+    {"call": V, "args": [V, ...], "kwargs": {...}, "set": "y", "grad": False, "measure": False}
+                                                      y = V(*args, **kwargs)  (under torch.no_grad unless grad;
+                                                      with measure, the memory it took is recorded)
     {"seed": 123}                                     torch.manual_seed(123)
     {"load": V, "state": {"name": V, ...}}            V.load_state_dict(state, strict=False), recorded
     {"record": V, "as": "value" | "parameters" | "buffers" | "state" | "grads" | "type"}
@@ -23,6 +24,8 @@ import math
 
 import numpy
 import torch
+
+from attention_course.memory import PeakMemory
 
 RECORDS_MIME = "application/vnd.attention-course.records+json"
 BEGIN_MIME = "application/vnd.attention-course.begin+json"
@@ -171,7 +174,13 @@ class Interpreter:
                     args = [self.value(a, registers) for a in op.get("args", [])]
                     kwargs = {k: self.value(v, registers) for k, v in op.get("kwargs", {}).items()}
                     with torch.enable_grad() if op.get("grad") else torch.no_grad():
-                        result = function(*args, **kwargs)
+                        if op.get("measure"):
+                            with PeakMemory() as memory:
+                                result = function(*args, **kwargs)
+                            records.append({"memory": {"peak_bytes": memory.peak_bytes,
+                                                       "largest_numel": memory.largest_numel}})
+                        else:
+                            result = function(*args, **kwargs)
                     if self.float_dtype is not None and isinstance(result, torch.nn.Module):
                         result = result.to(self.float_dtype)
                     registers[op.get("set", "_")] = result

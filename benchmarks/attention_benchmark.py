@@ -1,8 +1,9 @@
 """Time every causal multi-head attention implementation of the course on the same input.
 
-The course's modules (steps 6 to 8) come from the answer keys in solutions/, loaded at run time; a thin wrapper
+The course's modules (steps 6 to 10) come from the answer keys in solutions/, loaded at run time; a thin wrapper
 around PyTorch's own `nn.MultiheadAttention` joins them. Each maps (batch, tokens, d_model) to (batch, tokens,
-d_model) through the same layers, so the differences are in how the work is organised.
+d_model) through the same layers, so the differences are in how the work is organised. A second table times
+generation one token at a time, with and without step 9's KV cache.
 
     python benchmarks/attention_benchmark.py --size small
     python benchmarks/attention_benchmark.py --size gpt2 --device cuda --dtype bfloat16
@@ -11,6 +12,7 @@ import argparse
 import ast
 import json
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +22,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from attention_course.memory import PeakMemory  # noqa: E402
 
 
 def load_solutions(*steps):
@@ -54,6 +57,22 @@ class WrapperWithOutProj(nn.Module):
 
     def forward(self, x):
         return self.out_proj(self.wrapper(x))
+
+
+class TiledAttentionLayer(nn.Module):
+    """Step 7's four layers around step 10's tiled_attention, causal, one block of keys at a time."""
+
+    def __init__(self, tiled_attention, d_model, num_heads, block_size=64):
+        super().__init__()
+        self.tiled_attention, self.num_heads, self.block_size = tiled_attention, num_heads, block_size
+        self.W_query, self.W_key, self.W_value, self.out_proj = (nn.Linear(d_model, d_model, bias=bias)
+                                                                 for bias in (False, False, False, True))
+
+    def forward(self, x):
+        by_head = [layer(x).unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
+                   for layer in (self.W_query, self.W_key, self.W_value)]
+        context_vecs = self.tiled_attention(*by_head, self.block_size, causal=True)
+        return self.out_proj(context_vecs.transpose(1, 2).flatten(2))
 
 
 class TorchMultiheadAttention(nn.Module):
@@ -96,12 +115,13 @@ SIZES = {
 }
 
 WRAPPER = "wrapper (step 6) + out_proj"
+TILED = "tiled, block 64 (step 10)"
 
 
 def build_implementations(d_model, num_heads, context_length, dropout=0.0):
     """One module per implementation, keyed by display name, each mapping (b, T, d_model) to (b, T, d_model) with
     the same layers: three projections, causal attention in every head, and an output projection."""
-    solutions = load_solutions("07_weight_split_mha", "08_efficient_attention")
+    solutions = load_solutions("07_weight_split_mha", "08_efficient_attention", "10_flash_attention")
     head_dim = d_model // num_heads
     args = (d_model, d_model, context_length, dropout, num_heads)
     # Each wrapper head is head_dim wide so that the concatenation is d_model wide like the others.
@@ -112,6 +132,7 @@ def build_implementations(d_model, num_heads, context_length, dropout=0.0):
         "fused QKV (step 8)": solutions["MultiHeadAttentionCombinedQKV"](*args),
         "SDPA (step 8)": solutions["MultiHeadAttentionSDPA"](*args),
         "nn.MultiheadAttention": TorchMultiheadAttention(*args),
+        TILED: TiledAttentionLayer(solutions["tiled_attention"], d_model, num_heads),
     }
 
 
@@ -119,7 +140,7 @@ class Timing(NamedTuple):
     name: str
     forward_ms: float
     forward_backward_ms: Optional[float]
-
+    peak_mib: float  # the most memory held at once by the tensors one forward pass creates
 
 def _synchronize(device):
     if device.type == "cuda":
@@ -189,7 +210,14 @@ def benchmark(size="small", device="cpu", backward=False, implementations=None, 
             repeats, warmup, device)
     for module in modules.values():
         module.eval()
-    return [Timing(name, forward_ms[name], forward_backward_ms[name]) for name in modules]
+    return [Timing(name, forward_ms[name], forward_backward_ms[name], peak_mib(module, x))
+            for name, module in modules.items()]
+
+
+def peak_mib(module, x):
+    with torch.no_grad(), PeakMemory() as memory:
+        module(x)
+    return memory.peak_bytes / 2 ** 20
 
 
 def format_table(rows):
@@ -199,13 +227,49 @@ def format_table(rows):
     header = f"{'implementation':<{width}}  {'forward ms':>10}  {'x':>5}"
     if baseline.forward_backward_ms is not None:
         header += f"  {'fwd+bwd ms':>10}  {'x':>5}"
-    lines = [header]
+    lines = [header + f"  {'peak MiB':>8}"]
     for row in rows:
         line = f"{row.name:<{width}}  {row.forward_ms:>10.2f}  {baseline.forward_ms / row.forward_ms:>5.2f}"
         if row.forward_backward_ms is not None:
             speedup = baseline.forward_backward_ms / row.forward_backward_ms
             line += f"  {row.forward_backward_ms:>10.2f}  {speedup:>5.2f}"
-        lines.append(line)
+        lines.append(line + f"  {row.peak_mib:>8.1f}")
+    return "\n".join(lines)
+
+
+def generation_ms_per_token(size, device="cpu", dtype=torch.float32, seed=123):
+    """Milliseconds per token of feeding one sequence token by token, as generation does: step 7's module re-runs
+    the whole sequence so far for every token; step 9's keeps the keys and values (KV cache) and runs the new token
+    only. Both give the same outputs. Returns {name: ms per token}, and the largest difference of the last outputs."""
+    solutions = load_solutions("07_weight_split_mha", "09_kv_cache")
+    torch.manual_seed(seed)
+    args = (size.d_model, size.d_model, size.num_tokens, 0.0, size.num_heads)
+    full = solutions["MultiHeadAttention"](*args).to(device=device, dtype=dtype).eval()
+    cached = solutions["MultiHeadAttentionWithCache"](*args).to(device=device, dtype=dtype).eval()
+    cached.load_state_dict(full.state_dict(), strict=False)
+    x = torch.randn(1, size.num_tokens, size.d_model, device=device, dtype=dtype)
+    last = {}
+
+    def without_cache():
+        for end in range(1, size.num_tokens + 1):
+            last["without"] = full(x[:, :end])[:, -1]
+
+    def with_cache():
+        cached.reset_cache()
+        for end in range(1, size.num_tokens + 1):
+            last["with"] = cached(x[:, end - 1:end], use_cache=True)[:, -1]
+
+    with torch.no_grad():
+        ms = median_ms_interleaved({"step 7, recompute all": without_cache, "KV cache (step 9)": with_cache},
+                                   repeats=3, warmup=1, device=torch.device(device))
+    difference = (last["without"] - last["with"]).abs().max().item()
+    return {name: total / size.num_tokens for name, total in ms.items()}, difference
+
+
+def format_generation(ms_per_token, num_tokens):
+    baseline = next(iter(ms_per_token.values()))
+    lines = [f"{'generating ' + str(num_tokens) + ' tokens':<24}  {'ms/token':>8}  {'x':>5}"]
+    lines += [f"{name:<24}  {ms:>8.3f}  {baseline / ms:>5.2f}" for name, ms in ms_per_token.items()]
     return "\n".join(lines)
 
 
@@ -238,6 +302,10 @@ def main(argv=None):
     print(f"size: {args.size} (batch {size.batch_size}, {size.num_tokens} tokens, d_model {size.d_model}, "
           f"{size.num_heads} heads), median of {args.repeats or size.repeats} runs")
     print(format_table(rows))
+    ms_per_token, difference = generation_ms_per_token(size, device=args.device, dtype=getattr(torch, args.dtype))
+    print()
+    print(format_generation(ms_per_token, size.num_tokens))
+    print(f"largest difference of the last token's output, with and without the cache: {difference:.2g}")
 
 
 if __name__ == "__main__":

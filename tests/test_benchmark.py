@@ -26,7 +26,10 @@ def test_every_implementation_computes_the_same_layer():
         wrapper.out_proj.load_state_dict(split.out_proj.state_dict())
         x = torch.randn(3, 5, 8)
         expected = split.eval()(x)
-        for name in ("fused QKV (step 8)", "SDPA (step 8)", attention_benchmark.WRAPPER):
+        tiled = modules[attention_benchmark.TILED]
+        tiled.block_size = 2  # 5 tokens: two full blocks and a short one
+        tiled.load_state_dict(split.state_dict(), strict=False)
+        for name in ("fused QKV (step 8)", "SDPA (step 8)", attention_benchmark.WRAPPER, attention_benchmark.TILED):
             assert torch.allclose(modules[name].eval()(x), expected, atol=1e-5), name
 
 
@@ -36,3 +39,11 @@ def test_the_benchmark_prints_one_row_per_implementation():
     table = attention_benchmark.format_table(rows)
     assert [row.name for row in rows] == list(attention_benchmark.build_implementations(8, 2, 8))
     assert len(table.splitlines()) == len(rows) + 1
+
+
+def test_generation_with_and_without_the_cache_gives_the_same_outputs():
+    size = attention_benchmark.BenchmarkSize(batch_size=1, num_tokens=6, d_model=8, num_heads=2, repeats=1)
+    ms_per_token, difference = attention_benchmark.generation_ms_per_token(size)
+    assert difference < 1e-5
+    assert list(ms_per_token) == ["step 7, recompute all", "KV cache (step 9)"]
+    assert len(attention_benchmark.format_generation(ms_per_token, 6).splitlines()) == 3

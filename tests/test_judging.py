@@ -194,3 +194,39 @@ def test_a_module_that_sees_positions_is_told_attention_is_blind_to_order():
         got = Interpreter({**reference(step), "SelfAttention_v2": cls}).run_check(check.program.ops)
         message = judging.judge_check(check, got, reference(step), {})
         assert (message is None) if verdict_words is None else verdict_words in message, message
+
+
+def test_a_known_mistake_is_named_from_the_answer_key_run_with_the_mistake_put_in():
+    """Step 09's judges name a top-left mask in a student's module that calls SDPA with is_causal=True, though they
+    never see its code: the answer key, run again with its causal_mask_with_offset replaced by the top-left one,
+    computes the same records."""
+    step = "09_kv_cache"
+    judges = judging.judges_of(step)
+    check = judges.cache_check(judging.Inputs(3), 3, 4, 2, 6, 6, 2, False)
+    student = dict(reference(step))
+    exec(harness.bank(step, integrity=False)["sdpa_is_causal"]["cells"]["attention_with_cache"], student)
+    got = Interpreter(student).run_check(check.program.ops)
+    named = judging.judge_check(check, got, reference(step), {})
+    check.mistakes = ()
+    unnamed = judging.judge_check(check, got, reference(step), {})
+    assert "top-left" in named and "top-left" not in unnamed, (named, unnamed)
+    assert named.split("\n")[0] == unnamed.split("\n")[0]  # the same failure, with the mistake's hint
+
+
+def test_the_probe_records_the_memory_a_call_took():
+    """Step 10's memory check: the largest tensor made during the call, measured in the kernel, judged outside."""
+    step = "10_flash_attention"
+    judges = judging.judges_of(step)
+    check = judges.memory_check(judging.Inputs(5), 128, 8, 16, False)
+    namespace = reference(step)
+
+    def whole_matrix(queries, keys, values, block_size, causal=False):
+        return torch.softmax(queries @ keys.mT / queries.shape[-1] ** 0.5, dim=-1) @ values
+
+    for tiled, verdict_words in ((namespace["tiled_attention"], None), (whole_matrix, "(T, T)")):
+        got = Interpreter({**namespace, "tiled_attention": tiled}).run_check(check.program.ops)
+        assert got[0]["memory"]["largest_numel"] == (128 * 16 if verdict_words is None else 128 * 128)
+        message = judging.judge_check(check, got, namespace, {})
+        assert (message is None) if verdict_words is None else verdict_words in message, message
+    forged = [{"memory": {"largest_numel": "small"}}, got[1]]
+    assert "not recorded" in judging.judge_check(check, forged, namespace, {})

@@ -106,10 +106,16 @@ class Program:
     def tensor(self, value):
         return self._register({"value": as_data(value)})
 
-    def call(self, function, *args, grad=False, **kwargs):
+    def call(self, function, *args, grad=False, measure=False, **kwargs):
+        """function(*args, **kwargs); with measure=True the probe also records the memory the call took."""
         op = {"call": as_data(function), "args": [as_data(a) for a in args],
               "kwargs": {k: as_data(v) for k, v in kwargs.items()}}
-        return self._register({**op, "grad": True} if grad else op)
+        if grad:
+            op["grad"] = True
+        if measure:
+            op["measure"] = True
+            self.expects.append(Expect("its memory"))
+        return self._register(op)
 
     def seed(self, value):
         self.ops.append({"seed": int(value)})
@@ -130,11 +136,14 @@ class Check:
     By default the student's records must match the reference's (same program, reference namespace, float64).
     `judge(got, want)` replaces that comparison; `source_rule(sources)` judges the submitted code instead of running
     it (sources: {grade_id: source of each solution cell}). Each returns a message for the student, or None.
+    `mistakes` are known mistakes, (hint, {global name: replacement}): when the check fails and the student's records
+    are what the answer key computes with those names replaced, the message names that mistake.
     """
     what: str
     program: Program = None
     judge: object = None
     source_rule: object = None
+    mistakes: tuple = ()
 
 
 def call_check(what, function, *args, hint="", atol=1e-4, rtol=1e-4, check_inputs=True, **kwargs):
@@ -414,7 +423,21 @@ def reference_namespace(source_path):
             continue
         with redirect_stdout(StringIO()), redirect_stderr(StringIO()):
             exec(compile(cell.source, f"<reference {meta.get('grade_id')}>", "exec"), namespace)
+    namespace["__reference_path__"] = source_path
     return namespace
+
+
+_MISTAKEN = {}
+
+
+def mistaken_namespace(namespace, replacements):
+    """The answer key run again with some of its globals replaced: what a known mistake computes. Its functions and
+    classes look the replaced names up in this namespace, so a mistake in a helper reaches everything that calls it."""
+    key = (namespace["__reference_path__"], tuple(sorted((name, id(value)) for name, value in replacements.items())))
+    if key not in _MISTAKEN:
+        _MISTAKEN[key] = reference_namespace.__wrapped__(namespace["__reference_path__"])
+        _MISTAKEN[key].update(replacements)
+    return _MISTAKEN[key]
 
 
 def plan_cell(step, cell_id, seed):
@@ -507,11 +530,17 @@ def read_records(outputs, cell_id, expected_count):
 def judge_check(check, got, namespace, sources):
     if check.source_rule is not None:
         return check.source_rule(sources)
-    want = Interpreter(namespace, torch.float64).run_check(check.program.ops)
+
+    def judge(namespace):
+        want = Interpreter(namespace, torch.float64).run_check(check.program.ops)
+        return check.judge(got, want) if check.judge is not None else default_judge(check, got, want)
+
     try:
-        if check.judge is not None:
-            return check.judge(got, want)
-        return default_judge(check, got, want)
+        problem = judge(namespace)
+        for hint, replacements in check.mistakes if problem else ():
+            if judge(mistaken_namespace(namespace, replacements)) is None:
+                return problem.split("\n  likely mistake: ")[0] + f"\n  likely mistake: {hint}"
+        return problem
     except (PlanError, KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as error:
         return f"{check.what}: the records of this check are malformed ({type(error).__name__})"
 

@@ -1,0 +1,211 @@
+"""Judges of step 10: the online softmax and attention over blocks of keys (FlashAttention's algorithm).
+
+Known mistakes are recognised by running the checks with the student's function replaced by a mistaken one written
+here (`mistake`): when the student's records are what the mistaken function computes, the message names the mistake.
+"""
+import functools
+
+import torch
+
+from attention_course import data
+from attention_grader.judging import (G, Check, Expect, Program, call_check, compare, expect_value_error, forbid_calls,
+                                      names_used, raised_message)
+from attention_grader.judges.step07 import first_raised, with_hint
+
+SCORES = data.journey_inputs() @ data.journey_inputs().T
+NO_SOFTMAX = ("the exercise asks you to write the loop: a running maximum and sum over blocks (no torch.softmax, "
+              "F.softmax, x.softmax, nn.Softmax or logsumexp)")
+NO_RESCALE = ("when the maximum grows from m to m_new, the sum so far was computed with the old maximum: multiply it "
+              "by exp(m - m_new) before adding the block's terms")
+NO_MAX = "exp of a large score overflows to inf: subtract the running maximum before exponentiating"
+LAST_BLOCK = ("a block boundary is lost: the last block may be shorter than block_size and block_size may be larger "
+              "than the row; range(0, T, block_size) with x[..., start:start + block_size] covers every column once")
+RESCALE_OUTPUT = ("the running output was computed with the old maximum too: multiply it by exp(m - m_new), like the "
+                  "sum, before adding p @ values_block")
+POSITIONS = ("in the block that starts at `start`, key j is token start + j: compare start + j with the query's "
+             "position, not j")
+ITSELF = "a query may see its own key: mask the keys whose position is greater than the query's, not equal"
+GENERIC_SOFTMAX = "m_new = max(m, block max); l = l * exp(m - m_new) + sum(exp(block - m_new)); at the end exp(x - m) / l"
+GENERIC_TILED = ("per block: s = queries @ keys_block^T / sqrt(d), m_new = max(m, s max), p = exp(s - m_new), "
+                 "l = l * exp(m - m_new) + p sum, o = o * exp(m - m_new) + p @ values_block; at the end o / l")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the mistakes, written out
+# ---------------------------------------------------------------------------------------------------------------
+
+def blocks(length, block_size, last_block=True):
+    end = length if last_block else length - block_size + 1
+    return range(0, end, block_size)
+
+
+def mistaken_softmax(x, block_size, rescale=True, subtract_max=True, last_block=True):
+    running_max = torch.full_like(x[..., :1], float("-inf") if subtract_max else 0.0)
+    running_sum = torch.zeros_like(x[..., :1])
+    for start in blocks(x.shape[-1], block_size, last_block):
+        block = x[..., start:start + block_size]
+        new_max = torch.maximum(running_max, block.amax(-1, keepdim=True)) if subtract_max else running_max
+        running_sum = running_sum * (torch.exp(running_max - new_max) if rescale else 1) + \
+            torch.exp(block - new_max).sum(-1, keepdim=True)
+        running_max = new_max
+    return torch.exp(x - running_max) / running_sum
+
+
+def mistaken_attention(queries, keys, values, block_size, causal=False, rescale_sum=True, rescale_output=True,
+                       subtract_max=True, last_block=True, global_positions=True, see_itself=True):
+    num_tokens, scale = keys.shape[-2], queries.shape[-1] ** -0.5
+    running_max = torch.full_like(queries[..., :1], float("-inf") if subtract_max else 0.0)
+    running_sum = torch.zeros_like(queries[..., :1])
+    output = torch.zeros(*queries.shape[:-1], values.shape[-1], dtype=queries.dtype)
+    query_positions = torch.arange(queries.shape[-2])[:, None]
+    for start in blocks(num_tokens, block_size, last_block):
+        scores = queries @ keys[..., start:start + block_size, :].transpose(-2, -1) * scale
+        if causal:
+            key_positions = torch.arange(start, min(start + block_size, num_tokens))
+            key_positions = key_positions if global_positions else key_positions - start
+            blocked = key_positions > query_positions if see_itself else key_positions >= query_positions
+            scores = scores.masked_fill(blocked, float("-inf"))
+        new_max = torch.maximum(running_max, scores.amax(-1, keepdim=True)) if subtract_max else running_max
+        rescale = torch.exp(running_max - new_max)
+        weights = torch.exp(scores - new_max)
+        running_sum = running_sum * (rescale if rescale_sum else 1) + weights.sum(-1, keepdim=True)
+        output = output * (rescale if rescale_output else 1) + weights @ values[..., start:start + block_size, :]
+        running_max = new_max
+    return output / running_sum
+
+
+def mistake(hint, name, function, **wrong):
+    return hint, {name: functools.partial(function, **wrong)}
+
+
+SOFTMAX_MISTAKES = (mistake(NO_RESCALE, "online_softmax", mistaken_softmax, rescale=False),
+                    mistake(NO_MAX, "online_softmax", mistaken_softmax, subtract_max=False),
+                    mistake(LAST_BLOCK, "online_softmax", mistaken_softmax, last_block=False))
+ATTENTION_MISTAKES = (mistake(RESCALE_OUTPUT, "tiled_attention", mistaken_attention, rescale_output=False),
+                      mistake(NO_RESCALE, "tiled_attention", mistaken_attention, rescale_sum=False),
+                      mistake(NO_RESCALE, "tiled_attention", mistaken_attention, rescale_sum=False,
+                              rescale_output=False),
+                      mistake(NO_MAX, "tiled_attention", mistaken_attention, subtract_max=False),
+                      mistake(LAST_BLOCK, "tiled_attention", mistaken_attention, last_block=False),
+                      mistake(POSITIONS, "tiled_attention", mistaken_attention, global_positions=False),
+                      mistake(ITSELF, "tiled_attention", mistaken_attention, see_itself=False))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Part 1: the online softmax
+# ---------------------------------------------------------------------------------------------------------------
+
+def uses_block_size(sources):
+    used = names_used(sources, "online_softmax")
+    if used is None or any(name == "block_size" for name, _ in used):
+        return None
+    return ("online_softmax never uses block_size\n  likely mistake: loop over blocks of block_size columns, keeping a "
+            "running maximum and sum (one pass), instead of computing the whole row at once")
+
+
+def online_softmax(inputs):
+    checks = [forbid_calls("online_softmax", "online_softmax", {"softmax", "Softmax", "log_softmax", "logsumexp"},
+                           NO_SOFTMAX),
+              Check("online_softmax", source_rule=uses_block_size)]
+    cases = [(f"online_softmax(attn_scores[1], block_size={b})", SCORES[1], b) for b in (1, 4, 5, 6, 7)]
+    cases.append(("online_softmax(1000 * attn_scores, block_size=2)", 1000 * SCORES, 2))
+    cases.append(("online_softmax on a row that grows with every block, block_size=3",
+                  torch.arange(12, dtype=torch.float32) * 0.5, 3))
+    for shape, block_size, scale in [((9,), 1, 1.0), ((4, 9), 4, 3.0), ((2, 3, 13), 5, 10.0), ((3, 8), 8, 1.0),
+                                     ((1, 17), 32, 1.0), ((2, 2, 2, 10), 3, 1000.0), ((5, 6), 2, 300.0)]:
+        cases.append((f"online_softmax on a random {shape} input times {scale:g}, block_size={block_size}",
+                      inputs.randn(*shape, scale=scale), block_size))
+    for what, x, block_size in cases:
+        check = call_check(what, "online_softmax", x, block_size, hint=GENERIC_SOFTMAX, atol=1e-5, rtol=1e-4)
+        check.mistakes = SOFTMAX_MISTAKES
+        checks.append(check)
+    return checks
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Part 2: attention over blocks of keys
+# ---------------------------------------------------------------------------------------------------------------
+
+def no_sdpa():
+    return forbid_calls("tiled_attention", "tiled_attention", {"scaled_dot_product_attention"},
+                        "write the loop over blocks yourself; SDPA is what it is compared with")
+
+
+def attention_checks(inputs, causal):
+    checks = [no_sdpa()]
+    cases = [((), 6, 3, 2, 1.0), ((1, 2), 10, 4, 1, 1.0), ((2, 3), 11, 5, 4, 1.0), ((2,), 7, 8, 7, 1.0),
+             ((1, 1), 9, 4, 16, 1.0), ((3, 2), 16, 6, 5, 50.0), ((2, 2), 13, 8, 3, 30.0), ((1,), 1, 4, 2, 1.0)]
+    for leading, num_tokens, d, block_size, scale in cases:
+        queries = inputs.randn(*leading, num_tokens, d, scale=scale)
+        keys, values = (inputs.randn(*leading, num_tokens, d) for _ in range(2))
+        scaled = f" (queries times {scale:g})" if scale > 1 else ""
+        what = (f"tiled_attention on random {tuple(queries.shape)} inputs{scaled}, block_size={block_size}"
+                + (", causal=True" if causal else ""))
+        check = call_check(what, "tiled_attention", queries, keys, values, block_size,
+                           hint=GENERIC_TILED, atol=1e-4, rtol=1e-4, **({"causal": True} if causal else {}))
+        check.mistakes = ATTENTION_MISTAKES
+        checks.append(check)
+    return checks
+
+
+def tiled_attention(inputs):
+    return attention_checks(inputs, causal=False)
+
+
+def tiled_attention_causal(inputs):
+    return attention_checks(inputs, causal=True)
+
+
+def memory_check(inputs, num_tokens, d, block_size, causal):
+    what = f"tiled_attention on random ({num_tokens}, {d}) inputs, block_size={block_size}, causal={causal}"
+    p = Program()
+    queries, keys, values = (p.tensor(inputs.randn(num_tokens, d)) for _ in range(3))
+    result = p.call(G("tiled_attention"), queries, keys, values, block_size, causal=causal, measure=True)
+    p.record(result, "the output")
+    limit = num_tokens * num_tokens // 2
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1])
+        memory = got[0].get("memory") if isinstance(got[0], dict) else None
+        largest = memory.get("largest_numel") if isinstance(memory, dict) else None
+        if not isinstance(largest, int) or isinstance(largest, bool):
+            return f"{what}: its memory was not recorded"
+        if largest >= limit:
+            return with_hint(f"{what} made a tensor of {largest:,} entries, as large as the (T, T) = ({num_tokens}, "
+                             f"{num_tokens}) weights", "compute the scores of one block of keys at a time, (T, "
+                             "block_size), and build each block's causal mask from the positions of its keys, not "
+                             "from a (T, T) mask")
+        if causal:  # the values are judged by the causal cell
+            return None
+        return with_hint(compare(got[1], want[1], f"{what}: the output", Expect("", atol=1e-4, rtol=1e-4)),
+                         GENERIC_TILED)
+
+    return Check(what, p, judge=judge, mistakes=ATTENTION_MISTAKES)
+
+
+def tiled_attention_memory(inputs):
+    return [no_sdpa()] + [memory_check(inputs, num_tokens, d, block_size, causal)
+                          for num_tokens, d, block_size, causal in [(256, 16, 32, False), (256, 16, 32, True),
+                                                                    (320, 8, 16, False), (200, 4, 64, True)]]
+
+
+def tiled_attention_arguments(inputs):
+    checks = []
+    for block_size in (0, -2):
+        p = Program()
+        x = p.tensor(inputs.randn(4, 3))
+        p.call(G("tiled_attention"), x, x, x, block_size)
+        checks.append(expect_value_error(f"tiled_attention on (4, 3) inputs with block_size={block_size}", p,
+                                         "block_size"))
+    return checks
+
+
+CELLS = {
+    "test_online_softmax": online_softmax,
+    "test_tiled_attention": tiled_attention,
+    "test_tiled_attention_causal": tiled_attention_causal,
+    "test_tiled_attention_memory": tiled_attention_memory,
+    "test_tiled_attention_arguments": tiled_attention_arguments,
+}
