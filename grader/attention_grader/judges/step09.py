@@ -114,12 +114,10 @@ def cache_check(inputs, d_in, d_out, heads, context, num_tokens, b, bias, mode="
              atol=1e-5, rtol=1e-5)
     for chunks in ([1] * num_tokens, random_chunks(inputs, num_tokens), [num_tokens]):
         p.call(module.attr("reset_cache"))
-        start = 0
-        for size in chunks:
-            p.record(p.call(module, p.tensor(x[:, start:start + size]), use_cache=True),
-                     f"the output of tokens {start}-{start + size - 1} with use_cache=True after {start} cached "
+        for first, size in zip(torch.tensor([0] + chunks).cumsum(0).tolist(), chunks):
+            p.record(p.call(module, p.tensor(x[:, first:first + size]), use_cache=True),
+                     f"the output of tokens {first}-{first + size - 1} with use_cache=True after {first} cached "
                      f"tokens (chunks {chunks})", CACHE_HINT, atol=1e-5, rtol=1e-5)
-            start += size
     p.record(p.call(module, p.tensor(x)), "the output without the cache after cached calls",
              "use_cache=False must not read the cache", atol=1e-5, rtol=1e-5)
     return Check(f"{built} on a random {tuple(x.shape)} input", p, mistakes=MASK_MISTAKES)

@@ -40,38 +40,35 @@ def blocks(length, block_size, last_block=True):
 
 
 def mistaken_softmax(x, block_size, rescale=True, subtract_max=True, last_block=True):
-    running_max = torch.full_like(x[..., :1], float("-inf") if subtract_max else 0.0)
-    running_sum = torch.zeros_like(x[..., :1])
-    for start in blocks(x.shape[-1], block_size, last_block):
-        block = x[..., start:start + block_size]
-        new_max = torch.maximum(running_max, block.amax(-1, keepdim=True)) if subtract_max else running_max
-        running_sum = running_sum * (torch.exp(running_max - new_max) if rescale else 1) + \
-            torch.exp(block - new_max).sum(-1, keepdim=True)
-        running_max = new_max
-    return torch.exp(x - running_max) / running_sum
+    m = x.new_full((*x.shape[:-1], 1), -torch.inf if subtract_max else 0.0)
+    l = x.new_zeros((*x.shape[:-1], 1))
+    for j in blocks(x.shape[-1], block_size, last_block):
+        x_j = x[..., j:j + block_size]
+        m_j = torch.max(m, x_j.max(-1, keepdim=True).values) if subtract_max else m
+        l = (l * (m - m_j).exp() if rescale else l) + (x_j - m_j).exp().sum(-1, keepdim=True)
+        m = m_j
+    return (x - m).exp() / l
 
 
 def mistaken_attention(queries, keys, values, block_size, causal=False, rescale_sum=True, rescale_output=True,
                        subtract_max=True, last_block=True, global_positions=True, see_itself=True):
-    num_tokens, scale = keys.shape[-2], queries.shape[-1] ** -0.5
-    running_max = torch.full_like(queries[..., :1], float("-inf") if subtract_max else 0.0)
-    running_sum = torch.zeros_like(queries[..., :1])
-    output = torch.zeros(*queries.shape[:-1], values.shape[-1], dtype=queries.dtype)
-    query_positions = torch.arange(queries.shape[-2])[:, None]
-    for start in blocks(num_tokens, block_size, last_block):
-        scores = queries @ keys[..., start:start + block_size, :].transpose(-2, -1) * scale
+    t, d = keys.shape[-2], queries.shape[-1]
+    m = queries.new_full((*queries.shape[:-1], 1), -torch.inf if subtract_max else 0.0)
+    l = queries.new_zeros((*queries.shape[:-1], 1))
+    o = queries.new_zeros((*queries.shape[:-1], values.shape[-1]))
+    rows = torch.arange(queries.shape[-2]).unsqueeze(-1)
+    for j in blocks(t, block_size, last_block):
+        k_j, v_j = keys[..., j:j + block_size, :], values[..., j:j + block_size, :]
+        s_j = torch.matmul(queries, k_j.mT) / d ** 0.5
         if causal:
-            key_positions = torch.arange(start, min(start + block_size, num_tokens))
-            key_positions = key_positions if global_positions else key_positions - start
-            blocked = key_positions > query_positions if see_itself else key_positions >= query_positions
-            scores = scores.masked_fill(blocked, float("-inf"))
-        new_max = torch.maximum(running_max, scores.amax(-1, keepdim=True)) if subtract_max else running_max
-        rescale = torch.exp(running_max - new_max)
-        weights = torch.exp(scores - new_max)
-        running_sum = running_sum * (rescale if rescale_sum else 1) + weights.sum(-1, keepdim=True)
-        output = output * (rescale if rescale_output else 1) + weights @ values[..., start:start + block_size, :]
-        running_max = new_max
-    return output / running_sum
+            cols = torch.arange(k_j.shape[-2]) + (j if global_positions else 0)
+            s_j = s_j.masked_fill(cols > rows if see_itself else cols >= rows, -torch.inf)
+        m_j = torch.max(m, s_j.max(-1, keepdim=True).values) if subtract_max else m
+        alpha, p_j = (m - m_j).exp(), (s_j - m_j).exp()
+        l = (l * alpha if rescale_sum else l) + p_j.sum(-1, keepdim=True)
+        o = (o * alpha if rescale_output else o) + torch.matmul(p_j, v_j)
+        m = m_j
+    return o / l
 
 
 def mistake(hint, name, function, **wrong):
