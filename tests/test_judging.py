@@ -161,6 +161,13 @@ def test_an_exception_inside_a_check_says_which_check_and_what_was_raised(checks
     ("from torch import softmax\ndef softmax_naive(x, dim=-1):\n    return softmax(x, dim)", True),
     ("def softmax_naive(x, dim=-1):\n    e = x.exp()\n    return e / e.sum(dim, keepdim=True)", False),
     ("def softmax_stable(x, dim=-1):\n    return softmax_naive(x - x.amax(dim, keepdim=True), dim)", False),
+    # imported under another name: still torch's
+    ("from torch.nn.functional import softmax as normalise\ndef softmax_naive(x, dim=-1):\n    return normalise(x, dim)",
+     True),
+    # the student's own names: a result called softmax, a helper of their own
+    ("def softmax_naive(x, dim=-1):\n    e = x.exp()\n    softmax = e / e.sum(dim, keepdim=True)\n    return softmax", False),
+    ("def softmax(x, dim):\n    e = x.exp()\n    return e / e.sum(dim, keepdim=True)\n"
+     "def softmax_naive(x, dim=-1):\n    return softmax(x, dim)", False),
 ])
 def test_rules_about_how_are_judged_from_the_source(code, uses):
     rule = judging.forbid_calls("softmax_naive", "softmax_naive", {"softmax", "Softmax"}, "write it yourself")

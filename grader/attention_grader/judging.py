@@ -363,12 +363,30 @@ def names_used(sources, grade_id):
 
 
 def forbid_calls(what, grade_id, names, hint):
-    """A rule about how to write a part, judged from the submitted source: no name or attribute in `names`
-    (e.g. {"softmax"} catches torch.softmax, F.softmax, x.softmax and `from torch import softmax`)."""
+    """A rule about how to write a part, judged from the submitted source: no use of a name or attribute in `names`
+    (e.g. {"softmax"} catches torch.softmax, F.softmax, x.softmax and `from torch import softmax`, also imported under
+    another name). A name the cell defines itself (a variable, a function, an argument) is the student's own."""
     def rule(sources):
-        used = names_used(sources, grade_id) or []
-        written = next((code for name, code in used if name in names), None)
-        return f"{what}: the code uses {written}\n  likely mistake: {hint}" if written else None
+        try:
+            tree = ast.parse(sources.get(grade_id, ""))
+        except SyntaxError:
+            return None  # the kernel reports that
+        nodes = list(ast.walk(tree))
+        own = ({n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+               | {n.name for n in nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+               | {n.arg for n in nodes if isinstance(n, ast.arg)})
+        for node in nodes:
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                    alias.name.split(".")[-1] in names for alias in node.names):
+                written = ast.unparse(node)
+            elif isinstance(node, ast.Attribute) and node.attr in names:
+                written = ast.unparse(node)
+            elif isinstance(node, ast.Name) and node.id in names and node.id not in own:
+                written = node.id
+            else:
+                continue
+            return f"{what}: the code uses {written}\n  likely mistake: {hint}"
+        return None
 
     return Check(what, source_rule=rule)
 

@@ -149,6 +149,13 @@ VARIANTS = {
                 "    return torch.cat(out, dim=-2)\n",
         },
     },
+    # A variable named softmax is not a call of torch's softmax.
+    "result_named_softmax": {
+        "kind": "correct",
+        "cells": {"online_softmax": _edit(_SOFTMAX, ("    return torch.exp(x - running_max) / running_sum\n",
+                                                     "    softmax = torch.exp(x - running_max) / running_sum\n"
+                                                     "    return softmax\n"))},
+    },
     "softmax_no_rescale": {
         "kind": "mistake",
         "cells": {"online_softmax": _SOFTMAX_NO_RESCALE},
@@ -175,6 +182,16 @@ VARIANTS = {
         "cells": {"online_softmax":
                   "def online_softmax(x, block_size):\n"
                   "    return torch.softmax(x, dim=-1)\n"},
+        "fails": {"test_online_softmax": "write the loop"},
+    },
+    "softmax_imported_under_another_name": {
+        "kind": "mistake",
+        "cells": {"online_softmax":
+                  "from torch.nn.functional import softmax as normalise\n"
+                  "\n"
+                  "def online_softmax(x, block_size):\n"
+                  "    assert block_size >= 1\n"
+                  "    return normalise(x, dim=-1)\n"},
         "fails": {"test_online_softmax": "write the loop"},
     },
     "tiled_rescales_only_the_sum": {
