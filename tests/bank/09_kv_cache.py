@@ -221,6 +221,27 @@ VARIANTS = {
                 "        return self.out_proj((weights @ v).transpose(1, 2).contiguous().view(b, t, self.d_out))\n",
         },
     },
+    # PyTorch's own bottom-right mask, and SDPA's dropout
+    "sdpa_causal_lower_right": {
+        "kind": "correct",
+        "cells": {
+            "cached_attention":
+                "from torch.nn.attention.bias import causal_lower_right\n"
+                "\n"
+                "def cached_attention(queries, keys, values):\n"
+                "    bias = causal_lower_right(queries.shape[-2], keys.shape[-2])\n"
+                "    return F.scaled_dot_product_attention(queries, keys, values, attn_mask=bias)\n",
+            "attention_with_cache": _edit(
+                _CLASS,
+                ("        scores = (q @ k.transpose(-2, -1)).masked_fill(causal_mask_with_offset(t, k.shape[2]), "
+                 "float('-inf'))\n        weights = self.dropout(torch.softmax(scores / self.head_dim ** 0.5, "
+                 "dim=-1))\n        return self.out_proj((weights @ v)",
+                 "        from torch.nn.attention.bias import causal_lower_right\n"
+                 "        out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(t, k.shape[2]),\n"
+                 "                                             dropout_p=self.dropout.p if self.training else 0.0)\n"
+                 "        return self.out_proj(out")),
+        },
+    },
     "mask_top_left": {
         "kind": "mistake",
         "cells": {"causal_mask_with_offset":
