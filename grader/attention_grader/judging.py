@@ -545,6 +545,10 @@ def read_records(outputs, cell_id, expected_count):
     return before, errors, payload["records"], None
 
 
+class NamedMistake(str):
+    """A failure message that names a known mistake, reproduced by running it: shown before the other failures."""
+
+
 def judge_check(check, got, namespace, sources):
     if check.source_rule is not None:
         return check.source_rule(sources)
@@ -557,7 +561,7 @@ def judge_check(check, got, namespace, sources):
         problem = judge(namespace)
         for hint, replacements in check.mistakes if problem else ():
             if judge(mistaken_namespace(namespace, replacements)) is None:
-                return problem.split("\n  likely mistake: ")[0] + f"\n  likely mistake: {hint}"
+                return NamedMistake(problem.split("\n  likely mistake: ")[0] + f"\n  likely mistake: {hint}")
         return problem
     except (PlanError, KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as error:
         return f"{check.what}: the records of this check are malformed ({type(error).__name__})"
@@ -574,9 +578,10 @@ def verdict(outputs, cell_id, checks, namespace, sources):
     got = dict(zip(map(id, probed), records))
     failures = [m for m in (judge_check(c, got.get(id(c)), namespace, sources) for c in checks) if m]
     if failures:
-        head = (f"{len(failures)} of {len(checks)} checks of this cell failed. The first:\n" if len(failures) > 1
-                else "")
-        return before + [_error("CheckFailed", head + failures[0])], []
+        shown = next((m for m in failures if isinstance(m, NamedMistake)), failures[0])
+        which = "The first:" if shown is failures[0] else "This one names the likely mistake:"
+        head = f"{len(failures)} of {len(checks)} checks of this cell failed. {which}\n" if len(failures) > 1 else ""
+        return before + [_error("CheckFailed", head + shown)], []
     note = NotebookNode(output_type="stream", name="stdout",
                         text=f"Graded: all {len(checks)} checks of this cell passed.\n")
     return before + [note], []

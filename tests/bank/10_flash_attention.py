@@ -232,7 +232,8 @@ VARIANTS = {
                   "    if causal:\n"
                   "        T = scores.shape[-1]\n"
                   "        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float('-inf'))\n"
-                  "    return torch.softmax(scores, dim=-1) @ values\n"},
+                  "    weights = torch.exp(scores - scores.amax(dim=-1, keepdim=True))\n"
+                  "    return weights / weights.sum(dim=-1, keepdim=True) @ values\n"},
         "fails": {"test_tiled_attention_memory": "as large as the (T, T)"},
     },
     "tiled_accepts_block_size_zero": {
@@ -257,3 +258,372 @@ VARIANTS = {
                   "test_tiled_attention_memory": "the running output was computed with the old maximum"},
     },
 }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# more students' styles (correct), and more mistakes
+# ---------------------------------------------------------------------------------------------------------------
+
+_SOFTMAX_WHILE_FINFO = '''def online_softmax(x, block_size):
+    lowest = torch.finfo(x.dtype).min
+    n = x.shape[-1]
+    m = torch.full((*x.shape[:-1], 1), lowest, dtype=x.dtype)
+    s = torch.zeros((*x.shape[:-1], 1), dtype=x.dtype)
+    i = 0
+    while i < n:
+        j = min(i + block_size, n)
+        piece = x[..., i:j]
+        m_next = torch.maximum(m, torch.amax(piece, dim=-1, keepdim=True))
+        s = s * torch.exp(m - m_next) + torch.sum(torch.exp(piece - m_next), dim=-1, keepdim=True)
+        m = m_next
+        i = j
+    weights = torch.exp(x - m) / s
+    return weights
+'''
+
+_TILED_WHILE_BMM = '''import math
+
+def tiled_attention(queries, keys, values, block_size, causal=False):
+    if not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    *batch, T, d = queries.shape
+    q = queries.reshape(-1, T, d) / math.sqrt(d)
+    k = keys.reshape(-1, T, d)
+    v = values.reshape(-1, T, values.shape[-1])
+    lowest = torch.finfo(q.dtype).min
+    m = torch.full((q.shape[0], T, 1), lowest, dtype=q.dtype)
+    l = torch.zeros((q.shape[0], T, 1), dtype=q.dtype)
+    acc = torch.zeros((q.shape[0], T, v.shape[-1]), dtype=q.dtype)
+    row = torch.arange(T).reshape(T, 1)
+    i = 0
+    while i < T:
+        j = min(i + block_size, T)
+        s = torch.bmm(q, k[:, i:j].transpose(1, 2))
+        if causal:
+            col = torch.arange(i, j).reshape(1, j - i)
+            s = torch.where(col > row, torch.full_like(s, lowest), s)
+        m_next = torch.maximum(m, s.amax(dim=2, keepdim=True))
+        e = torch.exp(s - m_next)
+        c = torch.exp(m - m_next)
+        l = c * l + e.sum(dim=2, keepdim=True)
+        acc = c * acc + torch.bmm(e, v[:, i:j])
+        m = m_next
+        i = j
+    return (acc / l).reshape(*batch, T, v.shape[-1])
+'''
+
+# float64 inside, blocks from torch.split, the maximum started from the first block, the output kept normalised
+_SOFTMAX_SPLIT_F64 = '''def online_softmax(x, block_size):
+    pieces = torch.split(x.to(torch.float64), block_size, dim=-1)
+    mx = pieces[0].max(dim=-1, keepdim=True).values
+    total = torch.exp(pieces[0] - mx).sum(dim=-1, keepdim=True)
+    for piece in pieces[1:]:
+        bigger = torch.maximum(mx, piece.max(dim=-1, keepdim=True).values)
+        total = total * torch.exp(mx - bigger) + torch.exp(piece - bigger).sum(dim=-1, keepdim=True)
+        mx = bigger
+    return (torch.exp(x.to(torch.float64) - mx) / total).to(x.dtype)
+'''
+
+_TILED_CHUNK_F64 = '''import math
+
+def tiled_attention(queries, keys, values, block_size, causal=False):
+    if block_size < 1:
+        raise ValueError("block_size has to be >= 1 (got %r)" % (block_size,))
+    dtype = queries.dtype
+    q, k, v = queries.double(), keys.double(), values.double()
+    d = q.shape[-1]
+    n = k.shape[-2]
+    n_blocks = math.ceil(n / block_size)
+    m = torch.full(q.shape[:-1] + (1,), -math.inf, dtype=torch.float64)
+    l = torch.zeros(q.shape[:-1] + (1,), dtype=torch.float64)
+    out = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=torch.float64)
+    qpos = torch.arange(q.shape[-2]).unsqueeze(-1)
+    start = 0
+    for k_blk, v_blk in zip(k.chunk(n_blocks, dim=-2), v.chunk(n_blocks, dim=-2)):
+        s = q @ k_blk.transpose(-1, -2) * (1.0 / d ** 0.5)
+        if causal:
+            kpos = torch.arange(start, start + k_blk.shape[-2]).unsqueeze(0)
+            s = s.masked_fill(kpos > qpos, -math.inf)
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        p = torch.exp(s - m_new)
+        l_new = l * torch.exp(m - m_new) + p.sum(-1, keepdim=True)
+        # keeps `out` normalised after every block
+        out = (out * (l * torch.exp(m - m_new)) + p @ v_blk) / l_new
+        m, l = m_new, l_new
+        start += k_blk.shape[-2]
+    return out.to(dtype)
+'''
+
+# running log-sum-exp (torch.logaddexp in part 1, torch.logsumexp in part 2, which only part 1 forbids)
+_SOFTMAX_LOGADDEXP = '''def online_softmax(x, block_size):
+    lse = torch.full_like(x[..., :1], float("-inf"))
+    for lo in range(0, x.size(-1), block_size):
+        chunk = x[..., lo:lo + block_size]
+        top = chunk.amax(-1, keepdim=True)
+        chunk_lse = top + torch.log(torch.exp(chunk - top).sum(-1, keepdim=True))
+        lse = torch.logaddexp(lse, chunk_lse)
+    return torch.exp(x - lse)
+'''
+
+_TILED_LOGSUMEXP = '''def tiled_attention(queries, keys, values, block_size, causal=False):
+    if block_size < 1:
+        raise ValueError(f"block_size={block_size}: need at least one key per block")
+    d = queries.shape[-1]
+    T = keys.shape[-2]
+    lse = torch.full(queries.shape[:-1], float("-inf"), dtype=queries.dtype)
+    out = torch.zeros(queries.shape[:-1] + values.shape[-1:], dtype=queries.dtype)
+    qi = torch.arange(queries.shape[-2])[:, None]
+    for lo in range(0, T, block_size):
+        hi = min(lo + block_size, T)
+        s = torch.einsum("...id,...jd->...ij", queries, keys[..., lo:hi, :]) * d ** -0.5
+        if causal:
+            s = s.masked_fill(torch.arange(lo, hi)[None, :] > qi, float("-inf"))
+        block_lse = torch.logsumexp(s, dim=-1)
+        new_lse = torch.logaddexp(lse, block_lse)
+        p = torch.exp(s - new_lse[..., None])
+        out = out * torch.exp(lse - new_lse)[..., None] + torch.einsum("...ij,...jd->...id", p, values[..., lo:hi, :])
+        lse = new_lse
+    return out
+'''
+
+# unfold over -inf padding, with helpers of their own
+_SOFTMAX_UNFOLD_HELPER = '''import torch.nn.functional as F
+
+def _update(m, l, block):
+    m_new = torch.maximum(m, block.amax(dim=-1, keepdim=True))
+    return m_new, l * (m - m_new).exp() + (block - m_new).exp().sum(dim=-1, keepdim=True)
+
+def online_softmax(x, block_size):
+    n = x.shape[-1]
+    pad = (-n) % block_size
+    padded = F.pad(x, (0, pad), value=float("-inf"))
+    blocks = padded.unfold(-1, block_size, block_size)  # (..., n_blocks, block_size)
+    m = torch.full_like(x[..., :1], float("-inf"))
+    l = torch.zeros_like(x[..., :1])
+    for b in range(blocks.shape[-2]):
+        m, l = _update(m, l, blocks[..., b, :])
+    return (x - m).exp() / l
+'''
+
+_TILED_TRIU_HELPER = '''def softmax_block(scores, m, l, o, v):
+    m_new = torch.max(m, scores.max(dim=-1, keepdim=True).values)
+    alpha = (m - m_new).exp()
+    p = (scores - m_new).exp()
+    return m_new, alpha * l + p.sum(dim=-1, keepdim=True), alpha * o + p @ v
+
+def tiled_attention(queries, keys, values, block_size, causal=False):
+    if block_size < 1:
+        raise ValueError("block_size must be >= 1")
+    T, d = queries.shape[-2], queries.shape[-1]
+    m = queries.new_full(queries.shape[:-1] + (1,), float("-inf"))
+    l = queries.new_zeros(queries.shape[:-1] + (1,))
+    o = queries.new_zeros(queries.shape[:-1] + (values.shape[-1],))
+    for start in range(0, keys.shape[-2], block_size):
+        k = keys[..., start:start + block_size, :]
+        scores = queries @ k.transpose(-2, -1) / d ** 0.5
+        if causal:
+            # entry (i, j) is key start + j for query i: hidden when start + j > i, i.e. j - i >= 1 - start
+            hidden = torch.ones(T, k.shape[-2], dtype=torch.bool).triu(1 - start)
+            scores = scores.masked_fill(hidden, float("-inf"))
+        m, l, o = softmax_block(scores, m, l, o, values[..., start:start + block_size, :])
+    return o / l
+'''
+
+# the partial sums kept in a Python list and merged at the end; query tiles, future key tiles skipped, triu masks
+_SOFTMAX_LIST = '''def online_softmax(x, block_size):
+    maxes, sums = [], []
+    for start in range(0, x.shape[-1], block_size):
+        chunk = x[..., start:start + block_size]
+        top = chunk.amax(dim=-1, keepdim=True)
+        maxes.append(top)
+        sums.append(torch.exp(chunk - top).sum(dim=-1, keepdim=True))
+    m = maxes[0]
+    for top in maxes[1:]:
+        m = torch.maximum(m, top)
+    l = sum(s * torch.exp(top - m) for s, top in zip(sums, maxes))
+    softmax = torch.exp(x - m) / l
+    return softmax
+'''
+
+_TILED_QTILES_TRIU = '''import math
+
+def tiled_attention(queries, keys, values, block_size, causal=False):
+    if block_size < 1:
+        raise ValueError(f"expected block_size >= 1, got block_size={block_size}")
+    T, d = queries.shape[-2], queries.shape[-1]
+    scale = 1 / math.sqrt(d)
+    rows = []
+    for qs in range(0, T, block_size):
+        q = queries[..., qs:qs + block_size, :]
+        bq = q.shape[-2]
+        m = torch.full((*q.shape[:-1], 1), -math.inf)
+        l = torch.zeros((*q.shape[:-1], 1))
+        acc = torch.zeros((*q.shape[:-1], values.shape[-1]))
+        for ks in range(0, keys.shape[-2], block_size):
+            if causal and ks >= qs + bq:
+                break  # every key of this tile is after every query of the query tile
+            k = keys[..., ks:ks + block_size, :]
+            s = torch.matmul(q, k.transpose(-1, -2)) * scale
+            if causal:
+                s = s.masked_fill(torch.ones(bq, k.shape[-2], dtype=torch.bool).triu(qs - ks + 1), -math.inf)
+            m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+            corr = torch.exp(m - m_new)
+            p = torch.exp(s - m_new)
+            l = corr * l + p.sum(-1, keepdim=True)
+            acc = corr * acc + torch.matmul(p, values[..., ks:ks + block_size, :])
+            m = m_new
+        rows.append(acc / l)
+    return torch.cat(rows, dim=-2)
+'''
+
+# the parameter renamed (visible tests call it positionally)
+_SOFTMAX_RENAMED = '''def online_softmax(x, bs):
+    m = torch.full_like(x[..., :1], -torch.inf)
+    z = torch.zeros_like(x[..., :1])
+    for a in range(0, x.shape[-1], bs):
+        blk = x[..., a:a + bs]
+        m2 = torch.maximum(m, blk.amax(-1, keepdim=True))
+        z = z * (m - m2).exp() + (blk - m2).exp().sum(-1, keepdim=True)
+        m = m2
+    return (x - m).exp() / z
+'''
+
+# mistakes
+_TILED_SCALE_BY_D = _edit(_TILED, ("queries.shape[-1] ** -0.5", "1 / queries.shape[-1]"))
+_TILED_SCALE_BY_SQRT_T = _edit(_TILED, ("queries.shape[-1] ** -0.5", "queries.shape[-2] ** -0.5"))
+_SOFTMAX_MAX_FROM_ZERO = _edit(_SOFTMAX, ("torch.full_like(x[..., :1], float('-inf'))", "torch.zeros_like(x[..., :1])"))
+_TILED_MAX_FROM_ZERO = _edit(_TILED, ("torch.full_like(queries[..., :1], float('-inf'))",
+                                        "torch.zeros_like(queries[..., :1])"))
+_SOFTMAX_SHARED_MAX = '''def online_softmax(x, block_size):
+    m = torch.tensor(float("-inf"))
+    l = torch.zeros_like(x[..., :1])
+    for start in range(0, x.shape[-1], block_size):
+        block = x[..., start:start + block_size]
+        m_new = torch.maximum(m, block.max())
+        l = l * torch.exp(m - m_new) + torch.exp(block - m_new).sum(-1, keepdim=True)
+        m = m_new
+    return torch.exp(x - m) / l
+'''
+_SOFTMAX_NO_LOOP = '''def online_softmax(x, block_size):
+    assert block_size >= 1
+    m = x.amax(dim=-1, keepdim=True)
+    e = torch.exp(x - m)
+    return e / e.sum(dim=-1, keepdim=True)
+'''
+_TILED_TRIU_SIGN = _edit(_TILED_TRIU_HELPER, (".triu(1 - start)", ".triu(1 + start)"))
+_TILED_DIVIDES_EVERY_BLOCK = _edit(_TILED, ("        running_max = new_max\n    return output / running_sum\n",
+                                              "        output = output / running_sum\n"
+                                              "        running_max = new_max\n    return output\n"))
+_TILED_UNFOLD_DROPS_PARTIAL = '''def tiled_attention(queries, keys, values, block_size, causal=False):
+    if block_size < 1:
+        raise ValueError(f"block_size must be at least 1, got {block_size}")
+    scale = queries.shape[-1] ** -0.5
+    k_blocks = keys.unfold(-2, block_size, block_size)      # (..., n_blocks, d, block_size)
+    v_blocks = values.unfold(-2, block_size, block_size)
+    m = torch.full(queries.shape[:-1] + (1,), float("-inf"))
+    l = torch.zeros(queries.shape[:-1] + (1,))
+    o = torch.zeros(queries.shape[:-1] + (values.shape[-1],))
+    pos = torch.arange(queries.shape[-2])[:, None]
+    for b in range(k_blocks.shape[-3]):
+        s = queries @ k_blocks[..., b, :, :] * scale
+        if causal:
+            s = s.masked_fill(torch.arange(b * block_size, (b + 1) * block_size) > pos, float("-inf"))
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        a = torch.exp(m - m_new)
+        p = torch.exp(s - m_new)
+        l = a * l + p.sum(-1, keepdim=True)
+        o = a * o + p @ v_blocks[..., b, :, :].transpose(-1, -2)
+        m = m_new
+    return o / l
+'''
+_TILED_SOFTMAX_PER_BLOCK = '''import torch.nn.functional as F
+
+def tiled_attention(queries, keys, values, block_size, causal=False):
+    if block_size < 1:
+        raise ValueError(f"block_size must be at least 1, got {block_size}")
+    d = queries.shape[-1]
+    out = torch.zeros_like(queries)
+    pos = torch.arange(queries.shape[-2])[:, None]
+    for start in range(0, keys.shape[-2], block_size):
+        s = queries @ keys[..., start:start + block_size, :].transpose(-2, -1) / d ** 0.5
+        if causal:
+            s = s.masked_fill(torch.arange(start, start + s.shape[-1]) > pos, float("-inf"))
+        out = out + F.softmax(s, dim=-1).nan_to_num() @ values[..., start:start + block_size, :]
+    return out
+'''
+_TILED_ERROR_WITHOUT_NAME = _edit(_TILED, ("f'block_size must be at least 1, got {block_size}'",
+                                             "'block size must be at least 1'"))
+_TILED_ONLY_ZERO_REJECTED = _edit(_TILED, ("if block_size < 1:", "if block_size == 0:"))
+_TILED_QUERY_CHUNKS = '''def tiled_attention(queries, keys, values, block_size, causal=False):
+    if block_size < 1:
+        raise ValueError(f"block_size must be at least 1, got {block_size}")
+    T, d = queries.shape[-2], queries.shape[-1]
+    outs = []
+    for start in range(0, T, block_size):
+        s = queries[..., start:start + block_size, :] @ keys.transpose(-2, -1) / d ** 0.5  # (..., block, T)
+        if causal:
+            s = s.masked_fill(torch.arange(T) > torch.arange(start, start + s.shape[-2])[:, None], float("-inf"))
+        outs.append(torch.softmax(s, dim=-1) @ values)
+    return torch.cat(outs, dim=-2)
+'''
+
+VARIANTS.update({
+    "while_finfo_min_bmm": {"kind": "correct", "cells": {"online_softmax": _SOFTMAX_WHILE_FINFO,
+                                                               "tiled_attention": _TILED_WHILE_BMM}},
+    "split_float64_normalised_output": {"kind": "correct", "cells": {"online_softmax": _SOFTMAX_SPLIT_F64,
+                                                                           "tiled_attention": _TILED_CHUNK_F64}},
+    "running_logsumexp": {"kind": "correct", "cells": {"online_softmax": _SOFTMAX_LOGADDEXP,
+                                                             "tiled_attention": _TILED_LOGSUMEXP}},
+    "unfold_padding_helpers_triu": {"kind": "correct", "cells": {"online_softmax": _SOFTMAX_UNFOLD_HELPER,
+                                                                       "tiled_attention": _TILED_TRIU_HELPER}},
+    "list_of_sums_query_tiles": {"kind": "correct", "cells": {"online_softmax": _SOFTMAX_LIST,
+                                                                    "tiled_attention": _TILED_QTILES_TRIU}},
+    "parameter_renamed": {"kind": "correct", "cells": {"online_softmax": _SOFTMAX_RENAMED}},
+    "logaddexp_only_softmax": {"kind": "correct", "cells": {"online_softmax": _SOFTMAX_LOGADDEXP}},
+    "logsumexp_only_tiled": {"kind": "correct", "cells": {"tiled_attention": _TILED_LOGSUMEXP}},
+    # mistakes
+    "tiled_scale_by_d": {"kind": "mistake", "cells": {"tiled_attention": _TILED_SCALE_BY_D},
+                               "fails": {"test_tiled_attention": "sqrt(d)", "test_tiled_attention_causal": "non-causal",
+                                         "test_tiled_attention_memory": "sqrt(d)"}},
+    "tiled_scale_by_sqrt_T": {"kind": "mistake", "cells": {"tiled_attention": _TILED_SCALE_BY_SQRT_T},
+                                    "fails": {"test_tiled_attention": "sqrt(d)",
+                                              "test_tiled_attention_causal": "non-causal",
+                                              "test_tiled_attention_memory": "sqrt(d)"}},
+    "softmax_max_from_zero": {"kind": "mistake", "cells": {"online_softmax": _SOFTMAX_MAX_FROM_ZERO},
+                                    "fails": {"test_online_softmax": "-inf"}},
+    "tiled_max_from_zero": {"kind": "mistake", "cells": {"tiled_attention": _TILED_MAX_FROM_ZERO},
+                                  "fails": {"test_tiled_attention": "-inf", "test_tiled_attention_causal": "-inf"}},
+    "softmax_max_from_zero_unseen": {"kind": "mistake",
+                                     "cells": {"online_softmax": _SILENCE_CHECKS + _SOFTMAX_MAX_FROM_ZERO},
+                                     "fails": {"test_online_softmax": "start the running maximum at -inf"}},
+    "tiled_max_from_zero_unseen": {"kind": "mistake",
+                                   "cells": {"tiled_attention": _SILENCE_CHECKS + _TILED_MAX_FROM_ZERO},
+                                   "fails": {"test_tiled_attention": "start the running maximum at -inf",
+                                             "test_tiled_attention_causal": "start the running maximum at -inf"}},
+    "softmax_shared_max_across_rows": {"kind": "mistake", "cells": {"online_softmax": _SOFTMAX_SHARED_MAX},
+                                             "fails": {"test_online_softmax": "own running maximum"}},
+    "softmax_no_loop": {"kind": "mistake", "cells": {"online_softmax": _SOFTMAX_NO_LOOP},
+                              "fails": {"test_online_softmax": "loop"}},
+    "tiled_triu_sign": {"kind": "mistake", "cells": {"tiled_attention": _TILED_TRIU_SIGN},
+                              "fails": {"test_tiled_attention_causal": "start + j"}},
+    "tiled_divides_every_block": {"kind": "mistake", "cells": {"tiled_attention": _TILED_DIVIDES_EVERY_BLOCK},
+                                        "fails": {"test_tiled_attention": "once, at the end",
+                                                  "test_tiled_attention_causal": "tiled_attention",
+                                                  "test_tiled_attention_memory": "tiled_attention"}},
+    "tiled_unfold_drops_partial": {"kind": "mistake", "cells": {"tiled_attention": _TILED_UNFOLD_DROPS_PARTIAL},
+                                         "fails": {"test_tiled_attention": "size is 16",
+                                                   "test_tiled_attention_causal": "tiled_attention",
+                                                   "test_tiled_attention_memory": "tiled_attention"}},
+    "tiled_softmax_per_block": {"kind": "mistake", "cells": {"tiled_attention": _TILED_SOFTMAX_PER_BLOCK},
+                                      "fails": {"test_tiled_attention": "running",
+                                                "test_tiled_attention_causal": "non-causal",
+                                                "test_tiled_attention_memory": "running"}},
+    "tiled_error_without_name": {"kind": "mistake", "cells": {"tiled_attention": _TILED_ERROR_WITHOUT_NAME},
+                                       "fails": {"test_tiled_attention_arguments": "does not name `block_size`"}},
+    "tiled_only_zero_rejected": {"kind": "mistake", "cells": {"tiled_attention": _TILED_ONLY_ZERO_REJECTED},
+                                       "fails": {"test_tiled_attention_arguments": "block_size=-2"}},
+    "tiled_query_chunks_full_softmax": {"kind": "mistake", "cells": {"tiled_attention": _TILED_QUERY_CHUNKS},
+                                              "fails": {"test_tiled_attention": "keys",
+                                                        "test_tiled_attention_causal": "keys",
+                                                        "test_tiled_attention_memory": "keys"}},
+})

@@ -3,13 +3,14 @@
 Known mistakes are recognised by running the checks with the student's function replaced by a mistaken one written
 here (`mistake`): when the student's records are what the mistaken function computes, the message names the mistake.
 """
+import ast
 import functools
 
 import torch
 
 from attention_course import data
 from attention_grader.judging import (G, Check, Expect, Program, call_check, compare, expect_value_error, forbid_calls,
-                                      names_used, raised_message)
+                                      raised_message)
 from attention_grader.judges.step07 import first_raised, with_hint
 
 SCORES = data.journey_inputs() @ data.journey_inputs().T
@@ -18,6 +19,8 @@ NO_SOFTMAX = ("the exercise asks you to write the loop: a running maximum and su
 NO_RESCALE = ("when the maximum grows from m to m_new, the sum so far was computed with the old maximum: multiply it "
               "by exp(m - m_new) before adding the block's terms")
 NO_MAX = "exp of a large score overflows to inf: subtract the running maximum before exponentiating"
+MAX_FROM_ZERO = ("start the running maximum at -inf, not 0: when every score of a row is below about -88, "
+                 "exp(score - 0) underflows to 0 and the row becomes 0 / 0")
 LAST_BLOCK = ("a block boundary is lost: the last block may be shorter than block_size and block_size may be larger "
               "than the row; range(0, T, block_size) with x[..., start:start + block_size] covers every column once")
 RESCALE_OUTPUT = ("the running output was computed with the old maximum too: multiply it by exp(m - m_new), like the "
@@ -39,8 +42,8 @@ def blocks(length, block_size, last_block=True):
     return range(0, end, block_size)
 
 
-def mistaken_softmax(x, block_size, rescale=True, subtract_max=True, last_block=True):
-    m = x.new_full((*x.shape[:-1], 1), -torch.inf if subtract_max else 0.0)
+def mistaken_softmax(x, block_size, rescale=True, subtract_max=True, last_block=True, max_from_zero=False):
+    m = x.new_full((*x.shape[:-1], 1), -torch.inf if subtract_max and not max_from_zero else 0.0)
     l = x.new_zeros((*x.shape[:-1], 1))
     for j in blocks(x.shape[-1], block_size, last_block):
         x_j = x[..., j:j + block_size]
@@ -51,9 +54,10 @@ def mistaken_softmax(x, block_size, rescale=True, subtract_max=True, last_block=
 
 
 def mistaken_attention(queries, keys, values, block_size, causal=False, rescale_sum=True, rescale_output=True,
-                       subtract_max=True, last_block=True, global_positions=True, see_itself=True):
+                       subtract_max=True, last_block=True, global_positions=True, see_itself=True,
+                       max_from_zero=False):
     t, d = keys.shape[-2], queries.shape[-1]
-    m = queries.new_full((*queries.shape[:-1], 1), -torch.inf if subtract_max else 0.0)
+    m = queries.new_full((*queries.shape[:-1], 1), -torch.inf if subtract_max and not max_from_zero else 0.0)
     l = queries.new_zeros((*queries.shape[:-1], 1))
     o = queries.new_zeros((*queries.shape[:-1], values.shape[-1]))
     rows = torch.arange(queries.shape[-2]).unsqueeze(-1)
@@ -76,12 +80,14 @@ def mistake(hint, name, function, **wrong):
 
 
 SOFTMAX_MISTAKES = (mistake(NO_RESCALE, "online_softmax", mistaken_softmax, rescale=False),
+                    mistake(MAX_FROM_ZERO, "online_softmax", mistaken_softmax, max_from_zero=True),
                     mistake(NO_MAX, "online_softmax", mistaken_softmax, subtract_max=False),
                     mistake(LAST_BLOCK, "online_softmax", mistaken_softmax, last_block=False))
 ATTENTION_MISTAKES = (mistake(RESCALE_OUTPUT, "tiled_attention", mistaken_attention, rescale_output=False),
                       mistake(NO_RESCALE, "tiled_attention", mistaken_attention, rescale_sum=False),
                       mistake(NO_RESCALE, "tiled_attention", mistaken_attention, rescale_sum=False,
                               rescale_output=False),
+                      mistake(MAX_FROM_ZERO, "tiled_attention", mistaken_attention, max_from_zero=True),
                       mistake(NO_MAX, "tiled_attention", mistaken_attention, subtract_max=False),
                       mistake(LAST_BLOCK, "tiled_attention", mistaken_attention, last_block=False),
                       mistake(POSITIONS, "tiled_attention", mistaken_attention, global_positions=False),
@@ -92,12 +98,29 @@ ATTENTION_MISTAKES = (mistake(RESCALE_OUTPUT, "tiled_attention", mistaken_attent
 # Part 1: the online softmax
 # ---------------------------------------------------------------------------------------------------------------
 
+def is_validation(node):
+    """An assert, or an if whose body only raises: what checks an argument without computing with it."""
+    return isinstance(node, ast.Assert) or (isinstance(node, ast.If) and not node.orelse
+                                            and all(isinstance(n, ast.Raise) for n in node.body))
+
+
 def uses_block_size(sources):
-    used = names_used(sources, "online_softmax")
-    if used is None or any(name == "block_size" for name, _ in used):
+    """The second parameter of online_softmax, whatever its name, is used to compute, not only to be checked."""
+    try:
+        tree = ast.parse(sources.get("online_softmax", ""))
+    except SyntaxError:
+        return None  # the kernel reports that
+    function = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "online_softmax"), None)
+    parameters = function.args.posonlyargs + function.args.args if function else []
+    if len(parameters) < 2:
+        return None  # the calls fail and say so
+    name = parameters[1].arg
+    checks = [n for n in ast.walk(tree) if is_validation(n)]
+    checked = {id(n) for check in checks for n in ast.walk(check)}
+    if any(isinstance(n, ast.Name) and n.id == name and id(n) not in checked for n in ast.walk(tree)):
         return None
-    return ("online_softmax never uses block_size\n  likely mistake: loop over blocks of block_size columns, keeping a "
-            "running maximum and sum (one pass), instead of computing the whole row at once")
+    return (f"online_softmax never computes with {name} (its block size)\n  likely mistake: loop over blocks of "
+            f"{name} columns, keeping a running maximum and sum (one pass), instead of computing the whole row at once")
 
 
 def online_softmax(inputs):
@@ -108,6 +131,7 @@ def online_softmax(inputs):
     cases.append(("online_softmax(1000 * attn_scores, block_size=2)", 1000 * SCORES, 2))
     cases.append(("online_softmax on a row that grows with every block, block_size=3",
                   torch.arange(12, dtype=torch.float32) * 0.5, 3))
+    cases.append(("online_softmax on random (3, 7) rows minus 1000, block_size=2", inputs.randn(3, 7) - 1000, 2))
     for shape, block_size, scale in [((9,), 1, 1.0), ((4, 9), 4, 3.0), ((2, 3, 13), 5, 10.0), ((3, 8), 8, 1.0),
                                      ((1, 17), 32, 1.0), ((2, 2, 2, 10), 3, 1000.0), ((5, 6), 2, 300.0)]:
         cases.append((f"online_softmax on a random {shape} input times {scale:g}, block_size={block_size}",
@@ -124,8 +148,10 @@ def online_softmax(inputs):
 # ---------------------------------------------------------------------------------------------------------------
 
 def no_sdpa():
-    return forbid_calls("tiled_attention", "tiled_attention", {"scaled_dot_product_attention"},
-                        "write the loop over blocks yourself; SDPA is what it is compared with")
+    return forbid_calls("tiled_attention", "tiled_attention",
+                        {"scaled_dot_product_attention", "softmax", "Softmax", "log_softmax"},
+                        "write the loop over blocks of keys yourself, with a running maximum, sum and output per "
+                        "query (no softmax over whole rows of scores); SDPA is what it is compared with")
 
 
 def attention_checks(inputs, causal):
@@ -142,6 +168,14 @@ def attention_checks(inputs, causal):
                            hint=GENERIC_TILED, atol=1e-4, rtol=1e-4, **({"causal": True} if causal else {}))
         check.mistakes = ATTENTION_MISTAKES
         checks.append(check)
+    # every score near -2000: a running maximum that starts at 0 underflows (in float64 too, so it is named)
+    queries, keys = 40 + inputs.randn(2, 8, 4, scale=0.5), -25 + inputs.randn(2, 8, 4, scale=0.5)
+    what = ("tiled_attention on (2, 8, 4) inputs whose scores are all near -2000, block_size=3"
+            + (", causal=True" if causal else ""))
+    check = call_check(what, "tiled_attention", queries, keys, inputs.randn(2, 8, 4), 3, hint=GENERIC_TILED,
+                       atol=2e-3, rtol=1e-3, **({"causal": True} if causal else {}))
+    check.mistakes = ATTENTION_MISTAKES
+    checks.append(check)
     return checks
 
 
@@ -184,8 +218,8 @@ def memory_check(inputs, num_tokens, d, block_size, causal):
 
 def tiled_attention_memory(inputs):
     return [no_sdpa()] + [memory_check(inputs, num_tokens, d, block_size, causal)
-                          for num_tokens, d, block_size, causal in [(256, 16, 32, False), (256, 16, 32, True),
-                                                                    (320, 8, 16, False), (200, 4, 64, True)]]
+                          for num_tokens, d, block_size, causal in [(250, 16, 32, False), (256, 16, 32, True),
+                                                                    (320, 8, 48, False), (200, 4, 64, True)]]
 
 
 def tiled_attention_arguments(inputs):
