@@ -237,3 +237,23 @@ def test_the_probe_records_the_memory_a_call_took():
         assert (message is None) if verdict_words is None else verdict_words in message, message
     forged = [{"memory": {"largest_numel": "small"}}, got[1]]
     assert "not recorded" in judging.judge_check(check, forged, namespace, {})
+
+
+def test_a_stand_in_answers_for_an_earlier_part_only_in_its_cell():
+    """Step 09: in the test cells of Parts 2 and 3, a student's wrong causal_mask_with_offset answers with the
+    judges' masks (so that Part 1's mistake costs Part 1 only), sizes outside the table still reach the student's
+    own function, and the hidden checks put the student's function back, also when they fail."""
+    from attention_course import probe
+
+    name, table = judging.judges_of("09_kv_cache").STAND_INS["test_cached_attention"]()
+    top_left = lambda t_q, t_k: torch.ones(t_q, t_k, dtype=torch.bool).triu(1)  # noqa: E731
+    namespace = {name: top_left}
+    source = judging.with_probe("expect(True, 'visible')\n### BEGIN HIDDEN TESTS\n### END HIDDEN TESTS", "cell", [],
+                                (name, table))
+    assert source.startswith(judging.HIDDEN_BEGIN)  # the table is cleared from feedback with the hidden tests
+    exec(source.split(judging.HIDDEN_END)[0], namespace)
+    assert torch.equal(namespace[name](1, 4), torch.tensor([[False, False, False, False]]))
+    assert torch.equal(namespace[name](17, 20), top_left(17, 20))
+    with pytest.raises(PlanError):
+        probe.run(namespace, "cell", [[{"call": {"unknown": 1}}]])
+    assert namespace[name] is top_left

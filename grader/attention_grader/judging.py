@@ -30,7 +30,8 @@ import torch
 from nbformat import NotebookNode
 from traitlets import Unicode
 
-from attention_course.probe import BEGIN_MIME, RECORDS_MIME, Interpreter, PlanError, decode_tensor, encode
+from attention_course.probe import (BEGIN_MIME, RECORDS_MIME, Interpreter, PlanError, decode_tensor, encode,
+                                    encode_tensor)
 
 try:
     from nbgrader.preprocessors import NbGraderPreprocessor
@@ -469,10 +470,20 @@ def probe_source(cell_id, checks):
             f"__import__('json').loads({plan!r}))\n{HIDDEN_END}")
 
 
-def with_probe(source, cell_id, checks):
-    """The test cell's source with its hidden region replaced by the probe call."""
+def stand_in_source(stand_in):
+    """A hidden region that, before the visible tests, makes the judge's stand-in answer for an earlier part."""
+    name, table = stand_in
+    table = json.dumps([[list(args), encode_tensor(result)] for args, result in table], separators=(",", ":"))
+    return (f"{HIDDEN_BEGIN}\n__import__('attention_course.probe').probe.stand_in(globals(), {name!r}, "
+            f"__import__('json').loads({table!r}))\n{HIDDEN_END}\n")
+
+
+def with_probe(source, cell_id, checks, stand_in=None):
+    """The test cell's source with its hidden region replaced by the probe call; with a stand-in (name, [(args,
+    result), ...]) from the judges' STAND_INS, that part's calls listed there get those results in this cell."""
     visible = source.split(HIDDEN_BEGIN)[0].rstrip("\n")
-    return (visible + "\n" if visible else "") + probe_source(cell_id, checks)
+    return ((stand_in_source(stand_in) if stand_in else "") + (visible + "\n" if visible else "")
+            + probe_source(cell_id, checks))
 
 
 def autograded_test_cells(nb):
@@ -499,7 +510,8 @@ class PlanHiddenChecks(NbGraderPreprocessor):
             checks = plan_cell(info["assignment"], cell_id,
                                hidden_seed(secret, info["assignment"], info["student"], cell_id))
             plans[cell_id] = checks
-            cell.source = with_probe(cell.source, cell_id, checks)
+            stand_in = getattr(judges_of(info["assignment"]), "STAND_INS", {}).get(cell_id)
+            cell.source = with_probe(cell.source, cell_id, checks, stand_in and stand_in())
         resources["hidden_checks"] = plans
         resources["planning_seconds"] = time.perf_counter() - started
         resources["reference_notebook"] = str(Path(coursedir.format_path(

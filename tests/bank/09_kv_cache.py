@@ -242,27 +242,26 @@ VARIANTS = {
                  "        return self.out_proj(out")),
         },
     },
+    # A mistake of Part 1 costs Part 1's points only: in the test cells of Parts 2 and 3 the judges' stand-in
+    # (STAND_INS) answers the calls of causal_mask_with_offset, so the answer key's parts that call it keep theirs.
     "mask_top_left": {
         "kind": "mistake",
         "cells": {"causal_mask_with_offset":
                   "def causal_mask_with_offset(t_q, t_k):\n"
                   "    return torch.ones(t_q, t_k, dtype=torch.bool).triu(1)\n"},
-        "fails": {"test_causal_mask_with_offset": "top-left", "test_cached_attention": "top-left",
-                  "test_attention_with_cache": "top-left"},
+        "fails": {"test_causal_mask_with_offset": "top-left"},
     },
     "mask_off_by_one": {
         "kind": "mistake",
         "cells": {"causal_mask_with_offset": _OFF_BY_ONE},
-        "fails": {"test_causal_mask_with_offset": "off by one", "test_cached_attention": "Part 1",
-                  "test_attention_with_cache": "Part 1"},
+        "fails": {"test_causal_mask_with_offset": "off by one"},
     },
     "mask_sdpa_convention": {
         "kind": "mistake",
         "cells": {"causal_mask_with_offset":
                   "def causal_mask_with_offset(t_q, t_k):\n"
                   "    return torch.ones(t_q, t_k, dtype=torch.bool).tril(t_k - t_q)\n"},
-        "fails": {"test_causal_mask_with_offset": "True means blocked", "test_cached_attention": "Part 1",
-                  "test_attention_with_cache": "Part 1"},
+        "fails": {"test_causal_mask_with_offset": "True means blocked"},
     },
     "sdpa_is_causal": {
         "kind": "mistake",
@@ -281,8 +280,7 @@ VARIANTS = {
     "mask_off_by_one_unseen": {
         "kind": "mistake",
         "cells": {"causal_mask_with_offset": _SILENCE_CHECKS + _OFF_BY_ONE},
-        "fails": {"test_causal_mask_with_offset": "off by one", "test_cached_attention": "off by one",
-                  "test_attention_with_cache": "off by one"},
+        "fails": {"test_causal_mask_with_offset": "off by one"},
     },
     "sdpa_is_causal_unseen": {
         "kind": "mistake",
@@ -323,3 +321,105 @@ VARIANTS = {
         "fails": {"test_attention_with_cache": "the parameters differ from the contract"},
     },
 }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# more students' styles (correct), and more mistakes
+# ---------------------------------------------------------------------------------------------------------------
+
+# the cache as lists of chunks with a token counter, the mask from positions, -inf via torch.inf
+_CLASS_LISTS = '''import math
+
+class MultiHeadAttentionWithCache(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        assert_msg = f"d_out={d_out} is not a multiple of num_heads={num_heads}"
+        if d_out % num_heads:
+            raise ValueError(assert_msg)
+        self.h, self.hd, self.d_out, self.ctx = num_heads, d_out // num_heads, d_out, context_length
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.drop = nn.Dropout(dropout)
+        self.reset_cache()
+
+    def reset_cache(self):
+        self.k_list, self.v_list, self.n_seen = [], [], 0
+
+    def heads(self, t):
+        b, n, _ = t.size()
+        return t.reshape(b, n, self.h, self.hd).permute(0, 2, 1, 3)
+
+    def forward(self, x, use_cache=False):
+        b, n, _ = x.size()
+        past = self.n_seen if use_cache else 0
+        if past + n > self.ctx:
+            raise ValueError(f"context_length={self.ctx} exceeded: {past} cached + {n} new tokens")
+        q, k, v = self.heads(self.W_query(x)), self.heads(self.W_key(x)), self.heads(self.W_value(x))
+        if use_cache:
+            self.k_list.append(k)
+            self.v_list.append(v)
+            self.n_seen += n
+            k, v = torch.cat(self.k_list, dim=2), torch.cat(self.v_list, dim=2)
+        blocked = torch.arange(k.size(2))[None, :] > torch.arange(k.size(2) - n, k.size(2))[:, None]
+        s = (q @ k.transpose(2, 3)) / math.sqrt(self.hd)
+        w = self.drop(s.masked_fill(blocked, -torch.inf).softmax(dim=-1))
+        return self.out_proj((w @ v).permute(0, 2, 1, 3).reshape(b, n, self.d_out))
+'''
+
+# the cache of the projections before the heads are split, the check after concatenating, F.dropout with training
+_CLASS_MERGED_CACHE = '''class MultiHeadAttentionWithCache(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        if d_out % num_heads != 0:
+            raise ValueError("d_out must be divisible by num_heads")
+        self.num_heads, self.head_dim, self.d_out = num_heads, d_out // num_heads, d_out
+        self.context_length = context_length
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout_p = dropout
+        self.k_cache = None  # (b, T, d_out): the heads are split at every call
+        self.v_cache = None
+
+    def reset_cache(self):
+        self.k_cache = self.v_cache = None
+
+    def forward(self, x, use_cache=False):
+        b, t, _ = x.shape
+        k_new, v_new = self.W_key(x), self.W_value(x)
+        if use_cache and self.k_cache is not None:
+            k_all, v_all = torch.cat((self.k_cache, k_new), 1), torch.cat((self.v_cache, v_new), 1)
+        else:
+            k_all, v_all = k_new, v_new
+        if k_all.shape[1] > self.context_length:
+            raise ValueError(f"{k_all.shape[1]} tokens do not fit in context_length={self.context_length}")
+        if use_cache:
+            self.k_cache, self.v_cache = k_all, v_all
+        split = lambda z: z.view(b, z.shape[1], self.num_heads, self.head_dim).transpose(1, 2)
+        q, k, v = split(self.W_query(x)), split(k_all), split(v_all)
+        mask = torch.ones(t, k.shape[2], dtype=torch.bool).triu(k.shape[2] - t + 1)
+        scores = torch.matmul(q, k.transpose(-1, -2)) * self.head_dim ** -0.5
+        weights = F.dropout(scores.masked_fill(mask, float("-inf")).softmax(-1), self.dropout_p, self.training)
+        return self.out_proj(torch.matmul(weights, v).transpose(1, 2).flatten(2))
+'''
+
+VARIANTS.update({
+    "cache_lists_with_a_counter": {"kind": "correct", "cells": {"attention_with_cache": _CLASS_LISTS}},
+    "cache_before_the_head_split": {"kind": "correct", "cells": {"attention_with_cache": _CLASS_MERGED_CACHE}},
+    "reset_keeps_the_counter": {
+        "kind": "mistake",
+        "cells": {"attention_with_cache": _edit(_CLASS_LISTS, (
+            "self.k_list, self.v_list, self.n_seen = [], [], 0",
+            "self.k_list, self.v_list = [], []\n        self.n_seen = getattr(self, 'n_seen', 0)"))},
+        "fails": {"test_attention_with_cache": "after 0 cached tokens raised ValueError"},
+    },
+    "dropout_in_eval_mode": {
+        "kind": "mistake",
+        "cells": {"attention_with_cache": _edit(_CLASS_MERGED_CACHE, ("self.dropout_p, self.training)",
+                                                                      "self.dropout_p)"))},
+        "fails": {"test_attention_with_cache": "eval mode"},
+    },
+})

@@ -176,6 +176,16 @@ def attention_with_cache_arguments(inputs):
             overflow_check(4, [2, 1, 2])]
 
 
+def right_masks():
+    """Part 1's masks for every size the checks and the visible tests use: in Parts 2 and 3 a student's own
+    causal_mask_with_offset answers with these, so that a mistake of Part 1 costs Part 1's points only."""
+    return "causal_mask_with_offset", [((t_q, t_k), torch.arange(t_k) > torch.arange(t_k - t_q, t_k)[:, None])
+                                       for t_k in range(1, 17) for t_q in range(1, t_k + 1)]
+
+
+STAND_INS = {"test_cached_attention": right_masks, "test_attention_with_cache": right_masks,
+             "test_attention_with_cache_arguments": right_masks}
+
 CELLS = {
     "test_causal_mask_with_offset": causal_mask_with_offset,
     "test_cached_attention": cached_attention,
