@@ -222,11 +222,9 @@ VARIANTS = {
                 "def causal_mask(num_tokens):\n"
                 "    return torch.tril(torch.ones(num_tokens, num_tokens, dtype=torch.bool), diagonal=-1)\n",
         },
-        # every part built on causal_mask hides the past too; the two ways still agree with each other
-        "fails": {"test_causal_mask": "torch.tril hides the past",
-                  "test_renormalized_causal_weights": "above the diagonal",
-                  "test_causal_attention_weights": "row 0 must put all its weight on token 0",
-                  "test_causal_self_attention": "ABOVE the diagonal"},
+        # only Part 1 loses its points: in the later parts' test cells the judges' stand-in (STAND_INS) answers
+        # the calls of causal_mask, so the answer key's parts built on it keep theirs
+        "fails": {"test_causal_mask": "torch.tril hides the past"},
     },
     "module_mask_tril_as_hide_mask": {
         "kind": "mistake",
