@@ -262,7 +262,6 @@ VARIANTS = {
         "fails": {
             "test_split_heads": "view(b, T, num_heads, head_dim)",
             "test_multi_head_attention": "has the wrong values",
-            "test_wrapper_to_split": "has the wrong values",
         },
     },
     "split_without_value_error": {
@@ -288,7 +287,6 @@ VARIANTS = {
         "fails": {
             "test_merge_heads": "contiguous",
             "test_multi_head_attention": "contiguous",
-            "test_wrapper_to_split": "view size is not compatible",
         },
     },
     "scale_by_d_out": {
@@ -297,7 +295,6 @@ VARIANTS = {
                                                     "attn_scores / (self.num_heads * self.head_dim) ** 0.5")},
         "fails": {
             "test_multi_head_attention": "sqrt(head_dim)",
-            "test_wrapper_to_split": "has the wrong values",
         },
     },
     "softmax_over_queries": {
@@ -305,7 +302,6 @@ VARIANTS = {
         "cells": {"multi_head_attention": _mha_with("self.head_dim ** 0.5, dim=-1)", "self.head_dim ** 0.5, dim=-2)")},
         "fails": {
             "test_multi_head_attention": "softmax over the last dimension",
-            "test_wrapper_to_split": "has the wrong values",
         },
     },
     "masked_fill_result_dropped": {
@@ -314,7 +310,6 @@ VARIANTS = {
                                                     "        attn_scores.masked_fill(")},
         "fails": {
             "test_multi_head_attention": "did you keep the result of masked_fill",
-            "test_wrapper_to_split": "has the wrong values",
         },
     },
     "out_proj_missing": {
