@@ -423,3 +423,522 @@ VARIANTS.update({
         "fails": {"test_attention_with_cache": "eval mode"},
     },
 })
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# probe_: more students' styles and mistakes, written to look for misgrades (kept for the maintainer to sort)
+# ---------------------------------------------------------------------------------------------------------------
+
+# register_buffer caches, a mask sliced from the square causal mask, einsum scores, finfo.min instead of -inf
+_PROBE_BUFFERS = '''class MultiHeadAttentionWithCache(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        if d_out % num_heads:
+            raise ValueError(f"num_heads={num_heads} must divide d_out={d_out}")
+        self.n_heads = num_heads
+        self.dk = d_out // num_heads
+        self.max_len = context_length
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.attn_drop = nn.Dropout(p=dropout)
+        self.register_buffer("k_cache", torch.empty(0), persistent=False)
+        self.register_buffer("v_cache", torch.empty(0), persistent=False)
+
+    def reset_cache(self):
+        self.k_cache = torch.empty(0)
+        self.v_cache = torch.empty(0)
+
+    @property
+    def cached_tokens(self):
+        return self.k_cache.shape[2] if self.k_cache.dim() == 4 else 0
+
+    def _heads(self, y):
+        return y.unflatten(-1, (self.n_heads, self.dk)).transpose(1, 2)
+
+    def forward(self, x, use_cache=False):
+        B, T, _ = x.shape
+        past = self.cached_tokens if use_cache else 0
+        if past + T > self.max_len:
+            raise ValueError(f"sequence of {past + T} tokens is longer than context_length={self.max_len}")
+        q = self._heads(self.W_query(x))
+        k = self._heads(self.W_key(x))
+        v = self._heads(self.W_value(x))
+        if use_cache:
+            if past:
+                k = torch.cat((self.k_cache, k), dim=-2)
+                v = torch.cat((self.v_cache, v), dim=-2)
+            self.k_cache, self.v_cache = k, v
+        S = k.shape[-2]
+        att = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(self.dk)
+        future = torch.ones(S, S, dtype=torch.bool, device=x.device).triu(1)[S - T:]
+        att = att.masked_fill(future, torch.finfo(att.dtype).min)
+        att = self.attn_drop(F.softmax(att, dim=-1))
+        out = torch.einsum("bhqk,bhkd->bhqd", att, v)
+        return self.out_proj(out.transpose(1, 2).reshape(B, T, self.n_heads * self.dk))
+'''
+
+# SDPA with a float additive mask, the cache as (b, T, heads, head_dim) before the transpose
+_PROBE_SDPA_FLOAT = '''class MultiHeadAttentionWithCache(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        if d_out % num_heads != 0:
+            raise ValueError(f"d_out ({d_out}) is not a multiple of num_heads ({num_heads})")
+        self.d_out, self.h, self.ctx, self.p = d_out, num_heads, context_length, dropout
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.past_k = None  # (b, T, h, hd)
+        self.past_v = None
+
+    def reset_cache(self):
+        self.past_k, self.past_v = None, None
+
+    def forward(self, x, use_cache=False):
+        b, t, _ = x.shape
+        q = self.W_query(x).view(b, t, self.h, -1)
+        k = self.W_key(x).view(b, t, self.h, -1)
+        v = self.W_value(x).view(b, t, self.h, -1)
+        if use_cache and self.past_k is not None:
+            if self.past_k.shape[1] + t > self.ctx:
+                raise ValueError(f"{self.past_k.shape[1]} cached + {t} new tokens > context_length {self.ctx}")
+            k = torch.cat([self.past_k, k], dim=1)
+            v = torch.cat([self.past_v, v], dim=1)
+        elif t > self.ctx:
+            raise ValueError(f"input of {t} tokens > context_length {self.ctx}")
+        if use_cache:
+            self.past_k, self.past_v = k, v
+        bias = torch.zeros(t, k.shape[1], dtype=q.dtype, device=q.device)
+        bias = bias.masked_fill(causal_mask_with_offset(t, k.shape[1]), float("-inf"))
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                             attn_mask=bias, dropout_p=self.p if self.training else 0.0)
+        return self.out_proj(out.transpose(1, 2).contiguous().view(b, t, self.d_out))
+'''
+
+# a subclass of step 7's MultiHeadAttention: use_cache=False is step 7's forward, the cache path is separate
+_PROBE_SUBCLASS = '''class MultiHeadAttentionWithCache(MultiHeadAttention):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__(d_in, d_out, context_length, dropout, num_heads, qkv_bias)
+        self.reset_cache()
+
+    def reset_cache(self):
+        self.key_cache, self.value_cache, self.pos = [], [], 0
+
+    def forward(self, x, use_cache=False):
+        if not use_cache:
+            return super().forward(x)
+        b, n, _ = x.shape
+        if self.pos + n > self.context_length:
+            raise ValueError(f"context_length {self.context_length} exceeded ({self.pos} + {n})")
+        q = self.split_heads(self.W_query(x))
+        for i, (k_i, v_i) in enumerate(zip(self.split_heads(self.W_key(x)).unbind(2),
+                                           self.split_heads(self.W_value(x)).unbind(2))):
+            self.key_cache.append(k_i)
+            self.value_cache.append(v_i)
+        self.pos += n
+        keys, values = torch.stack(self.key_cache, dim=2), torch.stack(self.value_cache, dim=2)
+        s = q @ keys.transpose(-2, -1) / self.head_dim ** 0.5
+        s = s.masked_fill(causal_mask_with_offset(n, self.pos), -1e9)
+        w = self.dropout(s.softmax(dim=-1))
+        return self.out_proj((w @ values).transpose(1, 2).reshape(b, n, self.d_out))
+'''
+
+# absolute positions from arange, -1e9, the cache as one (k, v) tuple, the check after projecting
+_PROBE_POSITIONS = '''class MultiHeadAttentionWithCache(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        if d_out % num_heads != 0:
+            raise ValueError("d_out must be divisible by num_heads")
+        self.num_heads = num_heads
+        self.head_dim = d_out // num_heads
+        self.context_length = context_length
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.kv = None
+        self.calls = 0  # not needed, a student's own counter of cached calls
+
+    def reset_cache(self):
+        self.kv = None
+
+    def split(self, t):
+        return t.view(t.shape[0], t.shape[1], self.num_heads, self.head_dim).permute(0, 2, 1, 3)
+
+    def merge(self, t):
+        return t.permute(0, 2, 1, 3).reshape(t.shape[0], t.shape[2], -1)
+
+    def forward(self, x, use_cache=False):
+        q, k, v = self.split(self.W_query(x)), self.split(self.W_key(x)), self.split(self.W_value(x))
+        start = self.kv[0].size(2) if (use_cache and self.kv is not None) else 0
+        new = x.size(1)
+        if start + new > self.context_length:
+            raise ValueError(f"{start + new} positions, but context_length is {self.context_length}")
+        if use_cache:
+            if self.kv is not None:
+                k = torch.cat([self.kv[0], k], 2)
+                v = torch.cat([self.kv[1], v], 2)
+            self.kv = (k, v)
+            self.calls += 1
+        q_pos = torch.arange(start, start + new).unsqueeze(1)
+        k_pos = torch.arange(start + new).unsqueeze(0)
+        scores = torch.matmul(q, k.transpose(2, 3)) / (self.head_dim ** 0.5)
+        scores = torch.where(k_pos > q_pos, torch.full_like(scores, -1e9), scores)
+        weights = self.dropout(torch.softmax(scores, -1))
+        return self.out_proj(self.merge(torch.matmul(weights, v)))
+'''
+
+# torch.empty(0) caches grown with torch.cat (the empty one is skipped), a helper that attends, extra methods
+_PROBE_EMPTY_CAT = '''class MultiHeadAttentionWithCache(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        if d_out % num_heads:
+            raise ValueError(f"Cannot split d_out={d_out} into {num_heads} heads")
+        self.d_out = d_out
+        self.heads = num_heads
+        self.context_length = context_length
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.drop = nn.Dropout(dropout)
+        self.reset_cache()
+
+    def reset_cache(self):
+        self.cache = {"k": torch.empty(0), "v": torch.empty(0)}
+
+    def cache_len(self):
+        return self.cache["k"].shape[2] if self.cache["k"].numel() else 0
+
+    def extra_repr(self):
+        return f"heads={self.heads}, context_length={self.context_length}"
+
+    def attend(self, q, k, v):
+        d = q.shape[-1]
+        s = q @ k.transpose(-1, -2) * d ** -0.5
+        s = s.masked_fill(causal_mask_with_offset(q.shape[-2], k.shape[-2]), float("-inf"))
+        return self.drop(torch.softmax(s, dim=-1)) @ v
+
+    def forward(self, x, use_cache=False):
+        b, t, _ = x.shape
+        total = t + (self.cache_len() if use_cache else 0)
+        if total > self.context_length:
+            raise ValueError(f"total length {total} > context_length ({self.context_length})")
+        shape = (b, t, self.heads, self.d_out // self.heads)
+        q, k, v = (w(x).reshape(shape).transpose(1, 2) for w in (self.W_query, self.W_key, self.W_value))
+        if use_cache:
+            self.cache["k"] = torch.cat([self.cache["k"], k], dim=2)
+            self.cache["v"] = torch.cat([self.cache["v"], v], dim=2)
+            k, v = self.cache["k"], self.cache["v"]
+        return self.out_proj(self.attend(q, k, v).transpose(1, 2).reshape(b, t, self.d_out))
+'''
+
+# the answer-key-shaped class of another student, for mistakes that change one line
+_PROBE_BASE = '''class MultiHeadAttentionWithCache(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        if d_out % num_heads != 0:
+            raise ValueError(f"d_out={d_out} not divisible by num_heads={num_heads}")
+        self.num_heads, self.head_dim, self.d_out = num_heads, d_out // num_heads, d_out
+        self.context_length = context_length
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.reset_cache()
+
+    def reset_cache(self):
+        self.k_cache = None
+        self.v_cache = None
+        self.n_cached = 0
+
+    def heads(self, y):
+        b, t, _ = y.shape
+        return y.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, x, use_cache=False):
+        b, t, _ = x.shape
+        n_past = self.n_cached if use_cache else 0
+        if n_past + t > self.context_length:
+            raise ValueError(f"{n_past} cached + {t} new tokens exceed context_length={self.context_length}")
+        q, k, v = self.heads(self.W_query(x)), self.heads(self.W_key(x)), self.heads(self.W_value(x))
+        if use_cache:
+            if self.k_cache is not None:
+                k = torch.cat([self.k_cache, k], dim=2)
+                v = torch.cat([self.v_cache, v], dim=2)
+            self.k_cache, self.v_cache, self.n_cached = k, v, n_past + t
+        scores = q @ k.transpose(-2, -1) / self.head_dim ** 0.5
+        scores = scores.masked_fill(causal_mask_with_offset(t, k.shape[2]), float("-inf"))
+        weights = self.dropout(torch.softmax(scores, dim=-1))
+        return self.out_proj((weights @ v).transpose(1, 2).reshape(b, t, self.d_out))
+'''
+
+_PROBE_UNSCALED_CACHE_PATH = '''class MultiHeadAttentionWithCache(MultiHeadAttention):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__(d_in, d_out, context_length, dropout, num_heads, qkv_bias)
+        self.reset_cache()
+
+    def reset_cache(self):
+        self.ks = self.vs = None
+
+    def forward(self, x, use_cache=False):
+        if not use_cache:
+            return super().forward(x)
+        b, n, _ = x.shape
+        kept = 0 if self.ks is None else self.ks.shape[2]
+        if kept + n > self.context_length:
+            raise ValueError(f"context_length {self.context_length} exceeded")
+        q = self.split_heads(self.W_query(x))
+        k, v = self.split_heads(self.W_key(x)), self.split_heads(self.W_value(x))
+        if self.ks is not None:
+            k, v = torch.cat([self.ks, k], 2), torch.cat([self.vs, v], 2)
+        self.ks, self.vs = k, v
+        s = (q @ k.transpose(-2, -1)).masked_fill(causal_mask_with_offset(n, k.shape[2]), float("-inf"))
+        w = self.dropout(torch.softmax(s, dim=-1))
+        return self.out_proj((w @ v).transpose(1, 2).reshape(b, n, self.d_out))
+'''
+
+VARIANTS.update({
+    "probe_buffers_triu_slice_einsum_finfo": {
+        "kind": "correct",
+        "cells": {
+            "causal_mask_with_offset":
+                "def causal_mask_with_offset(t_q, t_k):\n"
+                "    square = torch.triu(torch.ones(t_k, t_k, dtype=torch.bool), diagonal=1)\n"
+                "    return square[t_k - t_q:]\n",
+            "cached_attention":
+                "import math\n\n"
+                "def cached_attention(queries, keys, values):\n"
+                "    s = torch.einsum('...id,...jd->...ij', queries, keys) / math.sqrt(keys.size(-1))\n"
+                "    s = s.masked_fill(causal_mask_with_offset(s.size(-2), s.size(-1)), torch.finfo(s.dtype).min)\n"
+                "    return torch.einsum('...ij,...jd->...id', s.softmax(-1), values)\n",
+            "attention_with_cache": "import math\n\n" + _PROBE_BUFFERS,
+        },
+    },
+    "probe_sdpa_float_mask_bthd_cache": {
+        "kind": "correct",
+        "cells": {
+            "causal_mask_with_offset":
+                "def causal_mask_with_offset(t_q, t_k):\n"
+                "    return torch.tril(torch.ones(t_q, t_k, dtype=torch.bool), diagonal=t_k - t_q).logical_not()\n",
+            "cached_attention":
+                "def cached_attention(queries, keys, values):\n"
+                "    t_q, t_k = queries.shape[-2], keys.shape[-2]\n"
+                "    additive = torch.zeros(t_q, t_k, dtype=queries.dtype)\n"
+                "    additive[causal_mask_with_offset(t_q, t_k)] = float('-inf')\n"
+                "    return F.scaled_dot_product_attention(queries, keys, values, attn_mask=additive)\n",
+            "attention_with_cache": _PROBE_SDPA_FLOAT,
+        },
+    },
+    "probe_subclass_step7_token_lists": {
+        "kind": "correct",
+        "cells": {
+            "causal_mask_with_offset":
+                "def causal_mask_with_offset(t_q, t_k):\n"
+                "    offset = t_k - t_q\n"
+                "    return torch.tensor([[j > offset + i for j in range(t_k)] for i in range(t_q)])\n",
+            "cached_attention":
+                "def cached_attention(queries, keys, values):\n"
+                "    scale = queries.shape[-1] ** -0.5\n"
+                "    scores = torch.matmul(queries * scale, keys.mT)\n"
+                "    blocked = causal_mask_with_offset(queries.shape[-2], keys.shape[-2])\n"
+                "    scores = torch.where(blocked, float('-inf'), scores)\n"
+                "    return torch.matmul(F.softmax(scores, dim=-1), values)\n",
+            "attention_with_cache": _PROBE_SUBCLASS,
+        },
+    },
+    "probe_positions_arange_check_after_projection": {
+        "kind": "correct",
+        "cells": {
+            "causal_mask_with_offset":
+                "def causal_mask_with_offset(t_q, t_k):\n"
+                "    rows = torch.arange(t_q).view(-1, 1) + (t_k - t_q)\n"
+                "    cols = torch.arange(t_k).view(1, -1)\n"
+                "    return cols > rows\n",
+            "cached_attention":
+                "def cached_attention(queries, keys, values):\n"
+                "    n_q, n_k, d = queries.size(-2), keys.size(-2), queries.size(-1)\n"
+                "    mask = causal_mask_with_offset(n_q, n_k)\n"
+                "    weights = (queries @ keys.transpose(-2, -1)).masked_fill(mask, -1e9)\n"
+                "    weights = torch.softmax(weights / d ** 0.5, dim=-1)\n"
+                "    return weights @ values\n",
+            "attention_with_cache": _PROBE_POSITIONS,
+        },
+    },
+    "probe_empty_cat_dict_cache_helper": {
+        "kind": "correct",
+        "cells": {
+            "causal_mask_with_offset":
+                "def causal_mask_with_offset(t_q, t_k):\n"
+                "    mask = torch.ones(t_q, t_k).triu(t_k - t_q + 1)\n"
+                "    return mask.bool()\n",
+            "attention_with_cache": _PROBE_EMPTY_CAT,
+        },
+    },
+    "probe_per_token_loop_cache": {
+        "kind": "correct",
+        "cells": {
+            "cached_attention":
+                "def cached_attention(queries, keys, values):\n"
+                "    # one query row at a time: row i sees the first T_k - T_q + i + 1 keys\n"
+                "    t_q, t_k = queries.shape[-2], keys.shape[-2]\n"
+                "    rows = []\n"
+                "    for i in range(t_q):\n"
+                "        seen = t_k - t_q + i + 1\n"
+                "        s = queries[..., i:i + 1, :] @ keys[..., :seen, :].transpose(-2, -1)\n"
+                "        w = torch.softmax(s / queries.shape[-1] ** 0.5, dim=-1)\n"
+                "        rows.append(w @ values[..., :seen, :])\n"
+                "    return torch.cat(rows, dim=-2)\n",
+            "attention_with_cache": _edit(
+                _PROBE_BASE,
+                ("        scores = scores.masked_fill(causal_mask_with_offset(t, k.shape[2]), float(\"-inf\"))\n",
+                 "        scores = scores + torch.triu(torch.full((t, k.shape[2]), float('-inf')),\n"
+                 "                                     diagonal=k.shape[2] - t + 1)\n")),
+        },
+    },
+    "probe_base_correct": {"kind": "correct", "cells": {"attention_with_cache": _PROBE_BASE}},
+
+    # --- mistakes ---
+    # Part 1: tril instead of triu: blocks the earlier keys and lets each query see the later ones
+    "probe_mask_blocks_the_past": {
+        "kind": "mistake",
+        "cells": {"causal_mask_with_offset":
+                  "def causal_mask_with_offset(t_q, t_k):\n"
+                  "    return torch.ones(t_k, t_k, dtype=torch.bool).tril(-1)[t_k - t_q:]\n"},
+        "fails": {"test_causal_mask_with_offset": "wrong entries"},
+    },
+    # Part 1 with SDPA's convention (True = may attend), and Parts 2 and 3 that use it consistently with SDPA: Parts 2
+    # and 3 are right with the student's own mask, so only Part 1 should lose points
+    "probe_allowed_mask_used_consistently": {
+        "kind": "mistake",
+        "cells": {
+            "causal_mask_with_offset":
+                "def causal_mask_with_offset(t_q, t_k):\n"
+                "    return torch.arange(t_k)[None, :] <= torch.arange(t_k - t_q, t_k)[:, None]\n",
+            "cached_attention":
+                "def cached_attention(queries, keys, values):\n"
+                "    mask = causal_mask_with_offset(queries.shape[-2], keys.shape[-2])\n"
+                "    return F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask)\n",
+            "attention_with_cache": _edit(
+                _PROBE_BASE,
+                ("        scores = scores.masked_fill(causal_mask_with_offset(t, k.shape[2]), float(\"-inf\"))\n",
+                 "        scores = scores.masked_fill(~causal_mask_with_offset(t, k.shape[2]), float(\"-inf\"))\n")),
+        },
+        "fails": {"test_causal_mask_with_offset": "True means blocked"},
+    },
+    # Part 1 as a float additive mask (0 / -inf; Part 1 asks for bool), Parts 2 and 3 add it: right with the
+    # student's own mask, so only Part 1 should lose points
+    "probe_additive_mask_used_consistently": {
+        "kind": "mistake",
+        "cells": {
+            "causal_mask_with_offset":
+                "def causal_mask_with_offset(t_q, t_k):\n"
+                "    return torch.full((t_q, t_k), float('-inf')).triu(t_k - t_q + 1)\n",
+            "cached_attention":
+                "def cached_attention(queries, keys, values):\n"
+                "    scores = queries @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5\n"
+                "    scores = scores + causal_mask_with_offset(queries.shape[-2], keys.shape[-2])\n"
+                "    return scores.softmax(dim=-1) @ values\n",
+            "attention_with_cache": _edit(
+                _PROBE_BASE,
+                ("        scores = scores.masked_fill(causal_mask_with_offset(t, k.shape[2]), float(\"-inf\"))\n",
+                 "        scores = scores + causal_mask_with_offset(t, k.shape[2])\n")),
+        },
+        "fails": {"test_causal_mask_with_offset": "bool"},
+    },
+    # use_cache=False still writes the keys and values into the cache ("the cache is not used")
+    "probe_cache_written_without_use_cache": {
+        "kind": "mistake",
+        "cells": {"attention_with_cache": _edit(
+            _PROBE_BASE,
+            ("        if use_cache:\n            if self.k_cache is not None:\n"
+             "                k = torch.cat([self.k_cache, k], dim=2)\n"
+             "                v = torch.cat([self.v_cache, v], dim=2)\n"
+             "            self.k_cache, self.v_cache, self.n_cached = k, v, n_past + t\n",
+             "        if use_cache and self.k_cache is not None:\n"
+             "            k = torch.cat([self.k_cache, k], dim=2)\n"
+             "            v = torch.cat([self.v_cache, v], dim=2)\n"
+             "        self.k_cache, self.v_cache, self.n_cached = k, v, n_past + t\n"))},
+        "fails": {"test_attention_with_cache": "must not"},
+    },
+    # the cache grows first, then the check: a refused call leaves the cache longer ("Check before you change it")
+    "probe_cache_changed_before_the_check": {
+        "kind": "mistake",
+        "cells": {"attention_with_cache": _edit(
+            _PROBE_BASE,
+            ("        if n_past + t > self.context_length:\n"
+             "            raise ValueError(f\"{n_past} cached + {t} new tokens exceed context_length={self.context_length}\")\n",
+             ""),
+            ("            self.k_cache, self.v_cache, self.n_cached = k, v, n_past + t\n",
+             "            self.k_cache, self.v_cache, self.n_cached = k, v, n_past + t\n"
+             "        if k.shape[2] > self.context_length:\n"
+             "            raise ValueError(f\"{k.shape[2]} tokens exceed context_length={self.context_length}\")\n"))},
+        "fails": {"test_attention_with_cache_arguments": "before"},
+    },
+    # no dropout at all (the constructor's dropout is stored and never used)
+    "probe_dropout_never_applied": {
+        "kind": "mistake",
+        "cells": {"attention_with_cache": _edit(
+            _PROBE_BASE, ("        weights = self.dropout(torch.softmax(scores, dim=-1))\n",
+                          "        weights = torch.softmax(scores, dim=-1)\n"))},
+        "fails": {"test_attention_with_cache": "dropout"},
+    },
+    # dropout on the output instead of on the attention weights
+    "probe_dropout_on_the_output": {
+        "kind": "mistake",
+        "cells": {"attention_with_cache": _edit(
+            _PROBE_BASE,
+            ("        weights = self.dropout(torch.softmax(scores, dim=-1))\n"
+             "        return self.out_proj((weights @ v).transpose(1, 2).reshape(b, t, self.d_out))\n",
+             "        weights = torch.softmax(scores, dim=-1)\n"
+             "        return self.dropout(self.out_proj((weights @ v).transpose(1, 2).reshape(b, t, self.d_out)))\n"))},
+        "fails": {"test_attention_with_cache": "dropout"},
+    },
+    # the cached path forgets / sqrt(head_dim); use_cache=False is step 7's forward, so it is right
+    "probe_cached_path_unscaled": {
+        "kind": "mistake",
+        "cells": {"attention_with_cache": _PROBE_UNSCALED_CACHE_PATH},
+        "fails": {"test_attention_with_cache": "sqrt(head_dim)"},
+    },
+    # the overflow check counts the cache even with use_cache=False
+    "probe_check_counts_cache_without_use_cache": {
+        "kind": "mistake",
+        "cells": {"attention_with_cache": _edit(
+            _PROBE_BASE, ("        n_past = self.n_cached if use_cache else 0\n",
+                          "        n_past = self.n_cached\n"))},
+        "fails": {"test_attention_with_cache": "must not read the cache"},
+    },
+    # the check asks whether the cache is already full, not whether the new tokens fit
+    "probe_check_ignores_new_tokens": {
+        "kind": "mistake",
+        "cells": {"attention_with_cache": _edit(
+            _PROBE_BASE, ("        if n_past + t > self.context_length:\n",
+                          "        if n_past >= self.context_length or t > self.context_length:\n"))},
+        "fails": {"test_attention_with_cache_arguments": "did not raise"},
+    },
+    # the cache concatenated along the heads (dim 1) instead of the tokens (dim 2)
+    "probe_cache_cat_on_heads": {
+        "kind": "mistake",
+        "cells": {"attention_with_cache": _edit(
+            _PROBE_BASE, ("                k = torch.cat([self.k_cache, k], dim=2)\n"
+                          "                v = torch.cat([self.v_cache, v], dim=2)\n",
+                          "                k = torch.cat([self.k_cache, k], dim=1)\n"
+                          "                v = torch.cat([self.v_cache, v], dim=1)\n"))},
+        "fails": {"test_attention_with_cache": "dim 2",
+                  # the argument checks feed cached chunks that fit: they crash before any check
+                  "test_attention_with_cache_arguments": "fits in context_length"},
+    },
+    # the cache keeps the keys, the values are those of the new tokens only
+    "probe_values_not_cached": {
+        "kind": "mistake",
+        "cells": {"attention_with_cache": _edit(
+            _PROBE_BASE, ("                v = torch.cat([self.v_cache, v], dim=2)\n", ""))},
+        "fails": {"test_attention_with_cache": "values",
+                  # the argument checks feed cached chunks that fit: they crash before any check
+                  "test_attention_with_cache_arguments": "fits in context_length"},
+    },
+})
