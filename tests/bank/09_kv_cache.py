@@ -416,6 +416,12 @@ VARIANTS.update({
             "self.k_list, self.v_list = [], []\n        self.n_seen = getattr(self, 'n_seen', 0)"))},
         "fails": {"test_attention_with_cache": "after 0 cached tokens raised ValueError"},
     },
+    "dropout_never_applied": {
+        "kind": "mistake",
+        "cells": {"attention_with_cache": _edit(_CLASS_MERGED_CACHE, ("self.dropout_p, self.training)",
+                                                                      "0.0, self.training)"))},
+        "fails": {"test_attention_with_cache": "training mode equals the output in eval mode"},
+    },
     "dropout_in_eval_mode": {
         "kind": "mistake",
         "cells": {"attention_with_cache": _edit(_CLASS_MERGED_CACHE, ("self.dropout_p, self.training)",

@@ -7,7 +7,8 @@ hand, or through SDPA's is_causal=True) computes what the replaced answer key co
 import torch
 
 from attention_grader.judging import G, Check, Program, call_check, compare, expect_value_error, raised_message
-from attention_grader.judges.step07 import (ANY_VALUES, attention_state, first_raised, tensor_of, with_hint)
+from attention_grader.judges.step07 import (ANY_VALUES, attention_state, dropout_check, first_raised, tensor_of,
+                                            with_hint)
 
 TOP_LEFT = ("the causal mask is aligned to the top-left corner, as SDPA's is_causal=True does when T_q != T_k: a new "
             "query i is token T_k - T_q + i and may see keys 0 .. T_k - T_q + i (the mask's diagonal ends in the "
@@ -133,6 +134,10 @@ def attention_with_cache(inputs):
                                                               (3, 10, 5, 8, 6, 2, False)]:
         checks.append(cache_check(inputs, d_in, d_out, heads, context, num_tokens, b, bias))
     checks.append(cache_check(inputs, 4, 6, 2, 8, 7, 2, False, mode="train"))
+    checks.append(dropout_check("MultiHeadAttentionWithCache(4, 8, 6, 0.5, 2) on a random (3, 6, 4) input",
+                                "MultiHeadAttentionWithCache", (4, 8, 6, 0.5, 2), attention_state(inputs, 4, 8, False),
+                                inputs.randn(3, 6, 4), inputs.seed(), "apply self.dropout to the attention weights, as "
+                                "in step 7"))
     return checks
 
 
