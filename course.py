@@ -5,6 +5,7 @@
     python3 course.py test       the whole test suite (what CI runs)
     python3 course.py grade      autograde every submission, with feedback, a summary and grades.csv (--help)
     python3 course.py build      regenerate release/ and solutions/ from source/ (--lessons: re-execute notebooks/ too)
+    python3 course.py build STEP ...            only these steps (and, with --lessons, only their lessons)
 """
 import hashlib
 import os
@@ -105,19 +106,24 @@ def build_solution(step, out_dir):
     nbformat.write(execute(nb, target), target / f"{step}.ipynb")
 
 
-def build(lessons=False):
+def build(only=None, lessons=False):
     import nbformat
 
+    only = only or steps()
+    unknown = sorted(set(only) - set(steps()))
+    if unknown:
+        sys.exit(f"unknown step(s) {', '.join(unknown)}; the steps are: {', '.join(steps())}")
     with tempfile.TemporaryDirectory() as tmp:
-        fresh = generate_release(make_course_copy(tmp))
-        shutil.rmtree(ROOT / "release", ignore_errors=True)
-        shutil.copytree(fresh, ROOT / "release")
-    for step in steps():
+        fresh = generate_release(make_course_copy(tmp), only)
+        for step in only:
+            shutil.rmtree(ROOT / "release" / step, ignore_errors=True)
+            shutil.copytree(fresh / step, ROOT / "release" / step)
+    for step in only:
         print(f"solutions/{step}", flush=True)
         shutil.rmtree(ROOT / "solutions" / step, ignore_errors=True)
         build_solution(step, ROOT / "solutions")
     if lessons:
-        for lesson in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for lesson in sorted(ROOT / "notebooks" / f"{step}.ipynb" for step in only):
             print(f"notebooks/{lesson.name}", flush=True)
             nb = nbformat.read(lesson, as_version=4)
             nbformat.write(execute(nb, lesson.parent), lesson)
@@ -158,7 +164,7 @@ def main(argv):
     if command == "grade":
         from attention_grader.grading import main as grade
         return grade(argv[1:])
-    build(lessons="--lessons" in argv)
+    build([a for a in argv[1:] if not a.startswith("--")], lessons="--lessons" in argv)
     return 0
 
 
