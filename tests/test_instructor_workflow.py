@@ -1,8 +1,10 @@
-"""The instructor's workflow of the README, command by command, in a copy of the course:
+"""The instructor's workflow of docs/instructors.md, command by command, in a copy of the course:
 generate -> release -> (student fetches, works, submits) -> collect -> autograde -> feedback -> export.
 """
 import csv
 import getpass
+import subprocess
+import sys
 
 import pytest
 
@@ -42,14 +44,23 @@ def test_full_nbgrader_workflow_through_the_exchange(tmp_path):
         (student, sum(harness.autograded_cells(step).values()))]
 
 
-HOSTILE_IDS = ["ada,bob", "=HYPERLINK(1)", "line\nbreak", "a..b", "-rf"]
+HOSTILE_IDS = ["ada,bob", "=HYPERLINK(1)", "line\nbreak", "a..b", "-rf", "eve smith"]
+UNREADABLE = "nora"  # hands in a file that is not JSON
+
+
+def run_grade(course_dir, *args):
+    """`course.py grade` as an instructor runs it (the module, in this environment): its exit code, stdout, stderr."""
+    command = [sys.executable, "-m", "attention_grader.grading", *args, "--root", str(course_dir)]
+    command += [] if harness.SANDBOX else ["--unsandboxed"]
+    run = subprocess.run(command, cwd=course_dir, capture_output=True, text=True)
+    return run.returncode, run.stdout, run.stderr
 
 
 @pytest.fixture(scope="module")
 def fresh_clone_class(tmp_path_factory):
     """A fresh clone (no `nbgrader generate_assignment` run) with a class dropped into submitted/: two honest
-    students, ids a file system or a spreadsheet would misread, and a student whose answers carry script. One run of
-    `course.py grade`, as an instructor would start."""
+    students, ids a file system or a spreadsheet would misread, a notebook that is not JSON, and a student whose
+    answers carry script. One run of `course.py grade`, as an instructor would start."""
     course_dir = tmp_path_factory.mktemp("clone") / "course"
     course_dir.mkdir()
     harness.course.make_course_copy(course_dir)
@@ -57,28 +68,118 @@ def fresh_clone_class(tmp_path_factory):
     key = harness.variant_notebook(STEP, {})
     for student in ["ada", "bob", *HOSTILE_IDS]:
         harness.submit(course_dir, student, STEP, key)
+    harness.submit(course_dir, UNREADABLE, STEP, '{"cells": [' + "x" * 5000)
     cells = {"reading_the_scores": HOSTILE_MARKDOWN,
              "attention_scores": HOSTILE_OUTPUTS + "def attention_scores(inputs):\n    return inputs @ inputs.mT\n"}
     harness.submit(course_dir, "mallory", STEP, harness.variant_notebook(STEP, cells))
-    return course_dir, harness.grade_class(course_dir, STEP, workers=2)
+    code, out, err = run_grade(course_dir, STEP, "--workers", "2", "--timeout", "10")
+    assert code == 1, f"refused folders and a flagged submission exit 1, not {code}:\n{out}\n{err}"
+    return course_dir, out, err
 
 
 def test_class_grading_works_from_a_fresh_clone(fresh_clone_class):
-    """`course.py grade` registers the assignment itself and says so."""
-    course_dir, summary = fresh_clone_class
-    assert f"{STEP}: not in the gradebook yet, registering it" in summary and "Graded 3 of 3" in summary, summary
+    """`course.py grade` registers the assignment itself and says so; every folder is counted."""
+    course_dir, summary, _ = fresh_clone_class
+    assert f"{STEP}: not in the gradebook yet, registering it" in summary, summary
+    assert f"Graded 4 of {4 + len(HOSTILE_IDS)} submissions; refused {len(HOSTILE_IDS)}: " in summary, summary
     assert harness.cell_scores(course_dir, STEP, "ada") == harness.autograded_cells(STEP)
 
 
-def test_ids_that_would_be_misread_are_refused_and_no_classmate_is_left_ungraded(fresh_clone_class):
-    course_dir, summary = fresh_clone_class
+def test_points_waiting_for_manual_grading_are_shown_as_such(fresh_clone_class):
+    """The answer key scores every autograded point; its written answer waits for a person, and the summary says so."""
+    _, summary, _ = fresh_clone_class
+    auto = sum(harness.autograded_cells(STEP).values())
+    release = harness.read_notebook(harness.ROOT / "release" / STEP / f"{STEP}.ipynb")
+    by_hand = sum(cell.metadata.nbgrader["points"] for cell in release.cells if cell.cell_type == "markdown"
+                  and cell.metadata.get("nbgrader", {}).get("grade"))
+    assert by_hand == 1
+    ada = next(line for line in summary.splitlines() if line.split()[:1] == ["ada"])
+    assert ada.split(None, 1)[1] == f"{auto:g} / {auto:g} autograded, 1 point to grade by hand", summary
+
+
+def test_no_library_warning_reaches_the_terminal(fresh_clone_class):
+    course_dir, out, err = fresh_clone_class
+    assert "Warning" not in out + err, out + err
+    assert (course_dir / ".grading" / "grade.log").is_file() and "Log: .grading/grade.log" in out
+
+
+def test_ids_that_would_be_misread_are_refused_counted_and_in_grades_csv(fresh_clone_class):
+    course_dir, summary, _ = fresh_clone_class
+    rule = "the folder name is not a valid student id (letters, digits and . _ @ + - (not first), and no ..)"
     for student in HOSTILE_IDS:
-        assert f"refused 'submitted/{student}'".replace("\n", "\\n") in summary, summary
+        shown = repr(f"submitted/{student}/{STEP}").replace("\n", "\\n")
+        assert f"refused {shown}: {rule}" in summary, summary
+        assert f"  {shown}: {rule}: rename the folder and grade again" in summary.split("Refused:")[1], summary
     full = harness.autograded_cells(STEP)
     assert harness.cell_scores(course_dir, STEP, "ada") == full and harness.cell_scores(course_dir, STEP, "bob") == full
     with open(course_dir / "grades.csv", newline="") as f:
-        exported = sorted(row["student_id"] for row in csv.DictReader(f) if row["assignment"] == STEP)
-    assert exported == ["ada", "bob", "mallory"]
+        rows = [row for row in csv.DictReader(f) if row["assignment"] == STEP]
+    assert sorted(row["student_id"] for row in rows if not row["note"]) == ["ada", "bob", "mallory", UNREADABLE]
+    refused = {row["student_id"]: row for row in rows if row["note"]}
+    shown = {"=HYPERLINK(1)": "'=HYPERLINK(1)", "-rf": "'-rf"}  # neutralised for spreadsheets
+    assert sorted(refused) == sorted(shown.get(s, s) for s in HOSTILE_IDS), rows
+    assert refused["eve smith"]["note"] == f"refused, not graded: {rule}: rename the folder and grade again"
+    assert refused["eve smith"]["score"] == ""
+
+
+def test_an_unreadable_notebook_is_flagged_in_one_readable_line_and_in_formgrader(fresh_clone_class):
+    course_dir, summary, _ = fresh_clone_class
+    flagged = [line for line in summary.splitlines() if line.startswith(f"  {UNREADABLE} / ")]
+    assert flagged == [f"  {UNREADABLE} / {STEP}: unreadable ({STEP}.ipynb could not be read as a notebook: it is "
+                       f"not valid JSON (Expecting value at line 1, column 12))"], summary
+    nora = next(line for line in summary.splitlines() if line.split()[:1] == [UNREADABLE])
+    auto = sum(harness.autograded_cells(STEP).values())
+    assert nora.split(None, 1)[1] == f"0 / {auto:g} autograded, written answer left blank (0 / 1)", summary
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{course_dir / 'gradebook.db'}", COURSE_ID) as gradebook:
+        flags = {s.student.id: s.flagged for s in gradebook.notebook_submissions(STEP, STEP)}
+    assert flags == {"ada": False, "bob": False, "mallory": False, UNREADABLE: True}
+
+
+@pytest.fixture(scope="module")
+def small_class(tmp_path_factory):
+    """Two students who handed in step 01; nothing graded yet."""
+    course_dir = tmp_path_factory.mktemp("small") / "course"
+    course_dir.mkdir()
+    harness.course.make_course_copy(course_dir)
+    for student in ("ada", "bob"):
+        harness.submit(course_dir, student, STEP, "{}")
+    return course_dir
+
+
+STEP_LIST = ", ".join(STEPS)
+BAD_INPUTS = {
+    "a misspelt step": ([STEPS[1][:5] + STEPS[1][6:]], f"unknown step '{STEPS[1][:5] + STEPS[1][6:]}' (did you mean "
+                                                         f"{STEPS[1]}?); the steps are: {STEP_LIST}"),
+    "an unknown step": (["99_nothing"], f"unknown step '99_nothing'; the steps are: {STEP_LIST}"),
+    "an unknown student": (["--student", "zoe"], "unknown student 'zoe'; the students in submitted/ are: ada, bob"),
+    "a misspelt student": (["--student", "adda"], "unknown student 'adda' (did you mean ada?); the students in "
+                                                  "submitted/ are: ada, bob"),
+    "a step nobody submitted": ([STEPS[1]], f"nothing to grade: no folder submitted/<student>/{STEPS[1]}/"),
+    "no workers": (["--workers", "0"], "argument --workers: must be at least 1, not 0"),
+    "negative workers": (["--workers", "-1"], "argument --workers: must be at least 1, not -1"),
+    "workers not a number": (["--workers", "two"], "argument --workers: 'two' is not a whole number"),
+    "a zero timeout": (["--timeout", "0"], "argument --timeout: must be at least 1, not 0"),
+    "a fractional timeout": (["--timeout", "1.5"], "argument --timeout: '1.5' is not a whole number"),
+    "a shard out of range": (["--shard", "3/2"], "argument --shard: '3/2' is not K/N with 1 <= K <= N (machine K of "
+                                                 "N, such as 1/2)"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_bad_input_is_an_error_naming_what_is_known_before_any_work(small_class, case):
+    args, message = BAD_INPUTS[case]
+    code, out, err = run_grade(small_class, *args)
+    assert (code, err.splitlines()[-1:], out) == (2, [f"course.py grade: error: {message}"], ""), err
+    assert not (small_class / ".grading").exists() and not (small_class / "gradebook.db").exists()
+
+
+def test_an_empty_class_is_an_error_not_an_empty_summary(tmp_path):
+    harness.course.make_course_copy(tmp_path)
+    code, out, err = run_grade(tmp_path)
+    assert (code, err.strip(), out) == (2, "course.py grade: error: nothing to grade: submitted/ has no student "
+                                           "folders; collect the submissions first (nbgrader collect STEP, or "
+                                           "nbgrader zip_collect STEP)", "")
 
 
 def test_ids_given_on_the_command_line_are_checked_too():
@@ -155,6 +256,6 @@ def active_parts(page):
 
 
 def test_feedback_shows_student_html_without_running_it(fresh_clone_class):
-    course_dir, _ = fresh_clone_class
+    course_dir, _, _ = fresh_clone_class
     page = (course_dir / "feedback" / "mallory" / STEP / f"{STEP}.html").read_text()
     assert "pwned" in page and active_parts(page) == []

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 STAGING = ".grading"
+LOG = os.path.join(STAGING, "grade.log")
 UNREADABLE = "attention_course_unreadable"
 
 
@@ -39,38 +40,63 @@ def is_safe_id(name):
     return bool(SAFE_ID.fullmatch(name)) and ".." not in name
 
 
+ID_RULE = "letters, digits and . _ @ + - (not first), and no .."
+
+
+def known_steps(root):
+    """The steps of this course: the folders of source/ (and of release/, on a grading machine given only that)."""
+    return sorted({p.name for folder in ("source", "release") if (Path(root) / folder).is_dir()
+                   for p in (Path(root) / folder).iterdir() if p.is_dir()})
+
+
 def find_submissions(root, assignments=None, students=None, shard=None):
-    """(student, assignment) pairs found in submitted/, sorted, and the folder names refused as ids; with shard
-    (k, n), only the k-th of n shares of the students, so that n machines sharing one gradebook grade a class."""
+    """(student, assignment) pairs found in submitted/, sorted, and the folders refused, as (folder shown, student,
+    assignment or None, why); with shard (k, n), only the k-th of n shares of the students, so that n machines
+    sharing one gradebook grade a class."""
     import zlib
     pairs, refused = [], []
     submitted = Path(root) / "submitted"
+    steps = known_steps(root)
     for student_dir in sorted(p for p in submitted.iterdir() if p.is_dir()) if submitted.is_dir() else []:
         if students and student_dir.name not in students:
             continue
         if shard and zlib.crc32(student_dir.name.encode()) % shard[1] != shard[0] - 1:
             continue
+        assignment_dirs = sorted(p for p in student_dir.iterdir() if p.is_dir() and not p.is_symlink())
+        assignment_dirs = [p for p in assignment_dirs if not assignments or p.name in assignments]
         if not is_safe_id(student_dir.name):
-            refused.append(f"submitted/{student_dir.name}")
+            why = f"the folder name is not a valid student id ({ID_RULE}): rename the folder and grade again"
+            refused += [(f"submitted/{student_dir.name}/{p.name}", student_dir.name, p.name, why)
+                        for p in assignment_dirs if p.name in steps] or (
+                [] if assignments else [(f"submitted/{student_dir.name}", student_dir.name, None, why)])
             continue
-        for assignment_dir in sorted(p for p in student_dir.iterdir() if p.is_dir()):
-            if assignments and assignment_dir.name not in assignments:
-                continue
-            if not is_safe_id(assignment_dir.name):
-                refused.append(f"submitted/{student_dir.name}/{assignment_dir.name}")
+        for assignment_dir in assignment_dirs:
+            if assignment_dir.name not in steps:
+                refused.append((f"submitted/{student_dir.name}/{assignment_dir.name}", student_dir.name,
+                                assignment_dir.name, f"{assignment_dir.name} is not a step of this course"))
                 continue
             pairs.append((student_dir.name, assignment_dir.name))
     return pairs, refused
 
 
 def export(root, csv_path):
-    """What `nbgrader export` writes (its CSV plugin, in this process), made safe for spreadsheets."""
+    """What `nbgrader export` writes (its CSV plugin, in this process), with a `note` column, and a row for every
+    folder of submitted/ that was refused, saying why; made safe for spreadsheets."""
     from nbgrader.api import Gradebook
     from nbgrader.plugins.export import CsvExportPlugin
     config = course_config(root)
     path = Path(root) / csv_path
     with Gradebook(config.CourseDirectory.db_url, config.CourseDirectory.course_id) as gradebook:
         CsvExportPlugin(config=config, to=str(path)).export(gradebook)
+    with open(path, newline="") as file:
+        rows = list(csv.reader(file))
+    rows = [rows[0] + ["note"]] + [row + [""] for row in rows[1:]]
+    for _, student, assignment, why in find_submissions(root)[1]:
+        row = dict.fromkeys(rows[0], "")
+        row.update(assignment=assignment or "", student_id=student, note=f"refused, not graded: {why}")
+        rows.append(list(row.values()))
+    with open(path, "w", newline="") as file:
+        csv.writer(file).writerows(rows)
     neutralise_csv(path)
 
 
@@ -131,12 +157,27 @@ def stage(root, student, assignment):
                 nb = nbformat.read(path, as_version=4)
                 nbformat.validate(nb)
             except Exception as error:  # invalid JSON, wrong format, binary garbage...
-                reason = (f"{release_path.name} could not be read as a notebook ({type(error).__name__}: "
-                          f"{str(error)[:200]})")
+                reason = f"{release_path.name} could not be read as a notebook: {unreadable_because(error)}"
         if reason:
             nbformat.write(placeholder(release_path, reason), path)
             problems.append(reason)
     return problems
+
+
+def unreadable_because(error):
+    """Why a submitted file is not a notebook, in one line and without the file's content."""
+    import json
+    cause = error.__cause__ or error.__context__
+    for candidate in (error, cause):
+        if isinstance(candidate, UnicodeDecodeError):
+            return "it is not text (binary data)"
+        if isinstance(candidate, json.JSONDecodeError):
+            return f"it is not valid JSON ({candidate.msg} at line {candidate.lineno}, column {candidate.colno})"
+    if type(error).__name__ == "NotJSONError":
+        return "it is not valid JSON"
+    if type(error).__name__ == "ValidationError":
+        return f"its JSON is not a valid notebook ({str(getattr(error, 'message', error)).splitlines()[0][:120]})"
+    return f"{type(error).__name__}: {str(error).splitlines()[0][:120] if str(error) else ''}"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -217,11 +258,13 @@ def worker(root, timeout=None, feedback=True, sandbox=True):
 
 
 class Worker:
-    def __init__(self, root, timeout=None, feedback=True, sandbox=True):
+    def __init__(self, root, timeout=None, feedback=True, sandbox=True, log=None):
         command = [sys.executable, "-m", "attention_grader.grading", "--worker", str(root)]
         command += (["--timeout", str(timeout)] if timeout else []) + ([] if feedback else ["--no-feedback"])
         command += [] if sandbox else ["--unsandboxed"]
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        # What libraries say on stderr (nbgrader's log, SQLAlchemy's warnings) goes to the grading log.
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                        text=True, bufsize=1)
         self.ready = json.loads(self.process.stdout.readline() or '{"ready": false}')
         self.task = None
 
@@ -274,18 +317,47 @@ def batches(pairs, workers):
 def grade_class(root, assignments=None, students=None, workers=2, csv_path="grades.csv", timeout=None,
                 feedback=True, shard=None, sandbox=True, out=sys.stdout):
     """Autograde and generate feedback for every submission found; return the list of per-submission results."""
+    root = Path(root).resolve()
+    (root / STAGING).mkdir(exist_ok=True)
+    with open(root / LOG, "w") as log, warnings_to(log):
+        return _grade_class(root, assignments, students, workers, csv_path, timeout, feedback, shard, sandbox, out,
+                            log)
+
+
+class warnings_to:
+    """Send Python warnings (SQLAlchemy's SAWarning, deprecations) to the grading log instead of the terminal."""
+
+    def __init__(self, log):
+        self.log = log
+
+    def __enter__(self):
+        import warnings
+        self.catcher = warnings.catch_warnings()
+        self.catcher.__enter__()
+        warnings.simplefilter("default")
+        warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: self.log.write(
+            warnings.formatwarning(message, category, filename, lineno, line))
+
+    def __exit__(self, *exc):
+        self.catcher.__exit__(*exc)
+
+
+def _grade_class(root, assignments, students, workers, csv_path, timeout, feedback, shard, sandbox, out, log):
     import select
 
-    root = Path(root).resolve()
-    pairs, refused = find_submissions(root, assignments, students, shard)
-    for name in refused:
-        print(printable(f"refused {name!r}: ids may only use letters, digits and . _ @ + - (not first), and no "
-                        ".. (rename the folder; nothing else is affected)"), file=out)
+    pairs, refused_folders = find_submissions(root, assignments, students, shard)
+    for shown, _, _, why in refused_folders:
+        print(printable(f"refused {shown!r}: {why}; nothing else is affected"), file=out)
     staged_problems = {pair: stage(root, *pair) for pair in pairs}
     _register(root, pairs, out)
     results, queue = [], batches(pairs, workers)
     progress = Progress(len(pairs))
-    pool = [Worker(root, timeout, feedback, sandbox) for _ in range(max(1, min(workers, len(queue))))]
+    log.flush()
+    if not pairs:
+        export(root, csv_path)
+        summarize(root, results, csv_path, out, refused_folders)
+        return results
+    pool = [Worker(root, timeout, feedback, sandbox, log) for _ in range(max(1, min(workers, len(queue))))]
     refused = next((w.ready["error"] for w in pool if not w.ready.get("ready")), None)
     if refused:
         for w in pool:
@@ -314,7 +386,7 @@ def grade_class(root, assignments=None, students=None, workers=2, csv_path="grad
                          "error": "the grading worker died", "flags": ["crashed"], "feedback": False}
                         for student in w.task["students"]]
                 w.close()
-                w = Worker(root, timeout, feedback, sandbox)
+                w = Worker(root, timeout, feedback, sandbox, log)
             for result in done:
                 result["problems"] = staged_problems[(result["student"], result["assignment"])]
             results += done
@@ -327,10 +399,32 @@ def grade_class(root, assignments=None, students=None, workers=2, csv_path="grad
     for w in pool:
         w.close()
     export(root, csv_path)
-    summarize(root, results, csv_path, out)
+    flag_in_gradebook(root, [r for r in results if flags_of(r)])
+    summarize(root, results, csv_path, out, refused_folders)
     if unsandboxed:
         print(unsandboxed, file=out)
     return results
+
+
+def flags_of(result):
+    """What went wrong with one submission, as short words (empty when nothing did)."""
+    return sorted(set(result["flags"] + ["refused files" if p.endswith("not graded") else "unreadable"
+                                         for p in result["problems"]] + ([] if result["success"] else ["not graded"])))
+
+
+def flag_in_gradebook(root, flagged):
+    """Mark flagged submissions in the gradebook, so that formgrader shows them flagged too."""
+    from nbgrader.api import Gradebook, MissingEntry
+    config = course_config(root)
+    with Gradebook(config.CourseDirectory.db_url, config.CourseDirectory.course_id) as gradebook:
+        for r in flagged:
+            try:
+                submission = gradebook.find_submission(r["assignment"], r["student"])
+            except MissingEntry:
+                continue
+            for notebook in submission.notebooks:
+                notebook.flagged = True
+        gradebook.db.commit()
 
 
 def _register(root, pairs, out):
@@ -356,44 +450,79 @@ def _register(root, pairs, out):
                         "--log-level=WARN"], cwd=root, check=True, capture_output=True)
 
 
-def summarize(root, results, csv_path, out):
+def points(submission):
+    """(autograded score, autograded max, score and max of the written answers graded by hand, points of written
+    answers left blank (nbgrader scores an untouched answer zero), points still to grade by hand)."""
+    auto = auto_max = hand = hand_max = blank = pending = 0.0
+    for notebook in submission.notebooks:
+        for grade in notebook.grades:
+            if grade.cell_type == "code":
+                auto, auto_max = auto + (grade.score or 0.0), auto_max + grade.max_score
+            elif grade.needs_manual_grade:
+                pending += grade.max_score
+            elif grade.manual_score is not None:
+                hand, hand_max = hand + grade.score, hand_max + grade.max_score
+            else:
+                blank += grade.max_score
+    return auto, auto_max, hand, hand_max, blank, pending
+
+
+def describe(auto, auto_max, hand, hand_max, blank, pending):
+    """'9 / 9 autograded, 1 point to grade by hand': what a submission (or a student's total) scored, and what waits."""
+    text = f"{auto:g} / {auto_max:g} autograded"
+    if hand_max:
+        text += f", {hand:g} / {hand_max:g} graded by hand"
+    if blank:
+        text += f", written answer{'s' if blank != 1 else ''} left blank (0 / {blank:g})"
+    if pending:
+        text += f", {pending:g} point{'s' if pending != 1 else ''} to grade by hand"
+    return text
+
+
+def summarize(root, results, csv_path, out, refused=()):
     from nbgrader.api import Gradebook
     config = course_config(root)
     scores = {}
     with Gradebook(config.CourseDirectory.db_url, config.CourseDirectory.course_id) as gradebook:
         for r in results:
             try:
-                submission = gradebook.find_submission(r["assignment"], r["student"])
-                scores[(r["student"], r["assignment"])] = (submission.score, submission.max_score)
+                scores[(r["student"], r["assignment"])] = points(gradebook.find_submission(r["assignment"],
+                                                                                            r["student"]))
             except Exception:
-                scores[(r["student"], r["assignment"])] = (None, None)
-    print(f"\nGraded {sum(r['success'] for r in results)} of {len(results)} submissions.", file=out)
+                scores[(r["student"], r["assignment"])] = None
+    graded = sum(r["success"] for r in results)
+    line = f"\nGraded {graded} of {len(results) + len(refused)} submissions"
+    print(line + (f"; refused {len(refused)}: " + ", ".join(printable(repr(shown)) for shown, *_ in refused)
+                  if refused else "."), file=out)
     print("\nPer assignment:", file=out)
     for assignment in sorted({r["assignment"] for r in results}):
         got = [scores[(r["student"], assignment)] for r in results if r["assignment"] == assignment]
-        valid = [s for s, m in got if s is not None]
-        maximum = next((m for s, m in got if m), 0)
-        mean = sum(valid) / len(valid) if valid else 0.0
-        print(f"  {assignment:28s} {len(valid):4d} graded   mean {mean:5.1f} / {maximum:g}", file=out)
+        valid = [p for p in got if p is not None]
+        mean = sum(p[0] + p[2] for p in valid) / max(len(valid), 1)
+        maximum = max((p[1] + p[3] + p[4] + p[5] for p in valid), default=0)
+        waiting = sum(1 for p in valid if p[5])
+        text = f"mean {mean:5.1f} / {maximum:g}" + (f", {waiting} with points to grade by hand" if waiting else "")
+        print(f"  {assignment:28s} {len(valid):4d} graded   {text}", file=out)
     print("\nPer student:", file=out)
     for student in sorted({r["student"] for r in results}):
         mine = [scores[(student, r["assignment"])] for r in results if r["student"] == student]
-        total = sum(s for s, _ in mine if s is not None)
-        maximum = sum(m for _, m in mine if m)
-        print(printable(f"  {student:28s} {total:6.1f} / {maximum:g}"), file=out)
-    flagged = [r for r in results if r["flags"] or r["problems"] or not r["success"]]
-    print(f"\nFlagged: {len(flagged)}", file=out)
+        totals = [sum(p[i] for p in mine if p is not None) for i in range(6)]
+        print(printable(f"  {student:28s} {describe(*totals)}"), file=out)
+    flagged = [r for r in results if flags_of(r)]
+    print(f"\nFlagged: {len(flagged)}" + (" (marked flagged in formgrader too)" if flagged else ""), file=out)
     for r in flagged:
-        what = sorted(set(r["flags"] + ["refused files" if p.endswith("not graded") else "unreadable"
-                                        for p in r["problems"]] + ([] if r["success"] else ["not graded"])))
         detail = "; ".join(r["problems"]) or nbgrader_message(r["error"])
-        print(printable(f"  {r['student']} / {r['assignment']}: {', '.join(what)}" + (f" ({detail})" if detail
-                                                                                      else "")), file=out)
+        print(printable(f"  {r['student']} / {r['assignment']}: {', '.join(flags_of(r))}" + (f" ({detail})" if detail
+                                                                                           else "")), file=out)
+    if refused:
+        print(f"\nRefused: {len(refused)} (not graded; in {csv_path} with the reason)", file=out)
+        for shown, _, _, why in refused:
+            print(printable(f"  {shown!r}: {why}"), file=out)
     print(f"\nGrades: {csv_path}" + ("   Feedback: feedback/<student>/<assignment>/"
-                                     if any(r.get("feedback") for r in results) else ""), file=out)
+                                     if any(r.get("feedback") for r in results) else "") + f"   Log: {LOG}", file=out)
     print("Next: `nbgrader formgrader` (or the Formgrader tab) for the written answers and a review, "
-          "`nbgrader release_feedback ASSIGNMENT` to hand the feedback back, and `python3 course.py grade` or "
-          f"`nbgrader export --to={csv_path}` again after manual grading.", file=out)
+          "`nbgrader release_feedback ASSIGNMENT` to hand the feedback back, and `python3 course.py grade --export-only` "
+          "again after manual grading.", file=out)
 
 
 def printable(text):
@@ -409,14 +538,67 @@ def nbgrader_message(log):
     return " | ".join(chosen)[-600:]
 
 
+def whole_number(text):
+    """argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def share(text):
+    """argparse type: K/N, the K-th of N shares (1 <= K <= N)."""
+    k, slash, n = text.partition("/")
+    if not (slash and k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not K/N with 1 <= K <= N (machine K of N, such as 1/2)")
+    return int(k), int(n)
+
+
+def listing(names, most=20):
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "") if names else "none"
+
+
+def unknown_names(args, root):
+    """Why the steps or students asked for cannot be graded (checked before any work), or None."""
+    import difflib
+    steps = known_steps(root)
+    unknown = [name for name in args.assignments if name not in steps]
+    if unknown:
+        close = [match for name in unknown for match in difflib.get_close_matches(name, steps, n=1)]
+        return (f"unknown step {', '.join(map(repr, unknown))}" + (f" (did you mean {', '.join(close)}?)" if close
+                                                                    else "")
+                + f"; the steps are: {listing(steps)}")
+    submitted = Path(root) / "submitted"
+    students = sorted(p.name for p in submitted.iterdir() if p.is_dir()) if submitted.is_dir() else []
+    if not students:
+        return ("nothing to grade: submitted/ has no student folders; collect the submissions first "
+                "(nbgrader collect STEP, or nbgrader zip_collect STEP)")
+    unknown = [name for name in args.student or [] if name not in students]
+    if unknown:
+        close = [match for name in unknown for match in difflib.get_close_matches(name, students, n=1)]
+        return (f"unknown student {', '.join(map(repr, unknown))}" + (f" (did you mean {', '.join(close)}?)" if close
+                                                                       else "")
+                + f"; the students in submitted/ are: {listing(students)}")
+    if not args.shard and find_submissions(root, args.assignments or None, args.student) == ([], []):
+        return (f"nothing to grade: no folder submitted/{'|'.join(args.student or ['<student>'])}/"
+                f"{'|'.join(args.assignments or ['<step>'])}/")
+    return None
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="course.py grade", description=__doc__.splitlines()[0])
-    parser.add_argument("assignments", nargs="*", help="assignments to grade (default: all submitted)")
+    parser.add_argument("assignments", nargs="*", metavar="STEP",
+                        help="steps to grade, such as 01_dot_product_scores (default: all submitted)")
     parser.add_argument("--student", action="append", help="grade only these students (repeatable)")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="parallel workers (default: cores)")
-    parser.add_argument("--timeout", type=int, help="seconds a cell may run (default: nbgrader_config.py)")
-    parser.add_argument("--shard", help="K/N: grade only the K-th of N shares of the students (several machines, "
-                                          "one gradebook)")
+    parser.add_argument("--workers", type=whole_number, default=os.cpu_count() or 2,
+                        help="parallel workers (default: cores)")
+    parser.add_argument("--timeout", type=whole_number, help="seconds a cell may run (default: nbgrader_config.py)")
+    parser.add_argument("--shard", type=share, help="K/N: grade only the K-th of N shares of the students (several "
+                                                    "machines, one gradebook)")
     parser.add_argument("--no-feedback", dest="feedback", action="store_false", help="skip generate_feedback")
     parser.add_argument("--unsandboxed", dest="sandbox", action="store_false",
                         help="run student code without the bubblewrap sandbox (stamped on the summary)")
@@ -429,16 +611,23 @@ def main(argv=None):
     if args.worker:
         return worker(args.worker, args.timeout, args.feedback, args.sandbox)
     if args.export_only:
-        export(args.root, args.csv)
+        (Path(args.root) / STAGING).mkdir(exist_ok=True)
+        with open(Path(args.root) / LOG, "a") as log, warnings_to(log):
+            export(args.root, args.csv)
         print(f"Grades: {args.csv}")
         return 0
     unsafe = [name for name in (args.student or []) + args.assignments if not is_safe_id(name)]
     if unsafe:
         parser.error(printable(f"not a valid id: {', '.join(map(repr, unsafe))} (letters, digits and . _ @ + - only)"))
-    shard = tuple(int(part) for part in args.shard.split("/")) if args.shard else None
+    why = unknown_names(args, args.root)
+    if why:
+        parser.exit(2, printable(f"{parser.prog}: error: {why}") + "\n")
     results = grade_class(args.root, args.assignments or None, args.student, args.workers, args.csv, args.timeout,
-                          args.feedback, shard, args.sandbox)
-    return 0 if results and all(r["success"] for r in results) else 1 if results else 2
+                          args.feedback, args.shard, args.sandbox)
+    refused = find_submissions(args.root, args.assignments or None, args.student, args.shard)[1]
+    if not results and not refused:
+        return 2
+    return 0 if all(r["success"] for r in results) and not refused else 1
 
 
 if __name__ == "__main__":
