@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """One entry point for the course. Needs only Python 3.11: creates .venv on first use.
 
-    python3 course.py start      JupyterLab with the nbgrader extensions on the course
+    python3 course.py start      JupyterLab on the course home (HOME.md): lessons and your work/ only
+    python3 course.py start --instructor        everything, with formgrader
     python3 course.py test       the whole test suite (what CI runs)
     python3 course.py grade      autograde every submission, with feedback, a summary and grades.csv (--help)
     python3 course.py build      regenerate release/ and solutions/ from source/ (--lessons: re-execute notebooks/ too)
@@ -153,7 +154,17 @@ def main(argv):
         copy_release_to_work()
         # nbgrader's release/collect need the exchange folder (nbgrader_config.py points into the course).
         (ROOT / "exchange").mkdir(exist_ok=True)
-        args = ["--ServerApp.ip=127.0.0.1", "--ServerApp.root_dir=" + str(ROOT), *argv[1:]]
+        instructor = "--instructor" in argv[1:]
+        # The views' Jupyter settings (jupyter_config/): the course home, Validate's words, and for students a file
+        # browser without the answer keys and without nbgrader's instructor tools.
+        views = ([] if instructor else [ROOT / "jupyter_config" / "student"]) + [ROOT / "jupyter_config"]
+        inherited = [path for path in os.environ.get("JUPYTER_CONFIG_PATH", "").split(os.pathsep) if path]
+        os.environ["JUPYTER_CONFIG_PATH"] = os.pathsep.join([str(path) for path in views] + inherited)
+        print("instructor view: every file, formgrader" if instructor else
+              "student view: the course home, the lessons and work/ (python3 course.py start --instructor: everything, "
+              "with formgrader)", flush=True)
+        args = ["--ServerApp.ip=127.0.0.1", "--ServerApp.root_dir=" + str(ROOT),
+                *[a for a in argv[1:] if a != "--instructor"]]
         if os.geteuid() == 0:  # containers and CI machines run as root
             args.insert(0, "--allow-root")
         os.execv(VENV / "bin" / "jupyter", ["jupyter", "lab", *args])

@@ -20,3 +20,74 @@ def test_untouched_release_fails_every_test_cell(step):
              if cell.metadata.get("nbgrader", {}).get("grade_id") in harness.autograded_cells(step)}
     passing = sorted(grade_id for grade_id, source in tests.items() if source not in failed)
     assert tests and not passing, f"release/{step}: test cells {passing} pass before any code is written"
+
+
+# What the Validate button of `course.py start` says (jupyter_config/jupyter_server_config.py wraps nbgrader's handler).
+LESSON_STEP = STEPS[0]
+
+
+@pytest.fixture(scope="module")
+def validate(tmp_path_factory):
+    """The Validate button's server side, as `course.py start` configures it, on a copy of the course."""
+    import logging
+    import os
+    import runpy
+    import shutil
+
+    from nbgrader.server_extensions.validate_assignment import handlers
+    from traitlets.config import Config
+
+    runpy.run_path(str(ROOT / "jupyter_config" / "jupyter_server_config.py"), init_globals={"get_config": Config})
+    course = tmp_path_factory.mktemp("course")
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    shutil.copytree(ROOT / "notebooks", course / "notebooks")
+    (course / "work" / LESSON_STEP).mkdir(parents=True)
+    shutil.copy(ROOT / "release" / LESSON_STEP / f"{LESSON_STEP}.ipynb", course / "work" / LESSON_STEP)
+
+    class Handler:  # what the server's handler holds: the root folder, a log, nbgrader's own validation
+        root_dir, log = str(course), logging.getLogger("validate")
+        load_config = handlers.ValidateAssignmentHandler.load_config
+        course_validate_notebook = handlers.ValidateAssignmentHandler.course_validate_notebook
+        validate_notebook = handlers.ValidateAssignmentHandler.validate_notebook
+
+    cwd = os.getcwd()
+    os.chdir(course)  # the server runs in the course root, where nbgrader_config.py is
+    yield course, Handler()
+    os.chdir(cwd)
+
+
+def notes(answer):
+    """The texts of the dialog's entries: the course's notes as they read, failing cells by their first line."""
+    assert answer["success"], answer
+    return [entry["raw_error"] if not entry["source"] else "FAILED: " + entry["source"].splitlines()[0]
+            for entry in answer["value"].get("failed", [])]
+
+
+def test_validate_on_a_lesson_says_there_is_nothing_to_validate(validate):
+    course, handler = validate
+    answer = handler.validate_notebook(f"notebooks/{LESSON_STEP}.ipynb")
+    assert notes(answer) == [f"Nothing to validate: {LESSON_STEP}.ipynb is a lesson, with no tests and no grade. Its "
+                             f"exercise is work/{LESSON_STEP}/{LESSON_STEP}.ipynb: validate that one."]
+
+
+def test_validate_reports_a_blank_written_answer_as_still_to_write_apart_from_failing_tests(validate):
+    import nbformat
+    course, handler = validate
+    path = course / "work" / LESSON_STEP / f"{LESSON_STEP}.ipynb"
+    answer = notes(handler.validate_notebook(str(path.relative_to(course))))
+    release = nbformat.read(path, as_version=4)
+    tests = [cell for cell in release.cells if cell.metadata.get("nbgrader", {}).get("grade")
+             and cell.cell_type == "code"]
+    question = "Still to write: your answer to \"Part 4 · Reading the scores\" (1 point, graded by hand), in place " \
+               "of \"YOUR ANSWER HERE\"."
+    assert answer[0] == f"{len(tests)} test cells still fail; 1 written answer still to write.", answer
+    assert answer[1:-1] == ["FAILED: " + cell.source.strip().splitlines()[0] for cell in tests]
+    assert answer[-1] == question
+
+    key = harness.variant_notebook(LESSON_STEP, {})  # the answer key's code, the written answer left as released
+    for cell, mine in zip(release.cells, key.cells, strict=True):
+        if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution"):
+            cell.source = mine.source
+    nbformat.write(release, path)
+    assert notes(handler.validate_notebook(str(path.relative_to(course)))) == [
+        "Every test passes; 1 written answer still to write.", question]
