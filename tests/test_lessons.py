@@ -102,7 +102,20 @@ META_CALLS = {
         ("tiled_attention, causal",
          lambda ns: ns["tiled_attention"](meta(2, 5, 4), meta(2, 5, 4), meta(2, 5, 3), 2, causal=True), (2, 5, 3)),
     ],
+    "11_rope_gqa": [
+        ("apply_rope", lambda ns: ns["apply_rope"](meta(2, 3, 5, 8), torch.arange(5, device="meta")), (2, 3, 5, 8)),
+        ("GroupedQueryAttention, without the cache",
+         lambda ns: on_meta(ns["GroupedQueryAttention"](3, 8, 8, 0.0, num_heads=4, num_kv_heads=2))(meta(2, 4, 3)),
+         (2, 4, 8)),
+        ("GroupedQueryAttention, a prompt then one cached token", lambda ns: gqa_cached_twice(ns), (2, 1, 8)),
+    ],
 }
+
+
+def gqa_cached_twice(ns):
+    module = on_meta(ns["GroupedQueryAttention"](3, 8, 8, 0.0, num_heads=4, num_kv_heads=1)).eval()
+    module(meta(2, 4, 3), use_cache=True)
+    return module(meta(2, 1, 3), use_cache=True)
 
 
 def cached_twice(ns):

@@ -1,0 +1,394 @@
+"""Judges of step 11: rotary position embedding, padding masks, grouped-query attention with RoPE and a KV cache.
+
+Known mistakes of apply_rope and of the module's positions are named by running the answer key with its
+`apply_rope` replaced by the mistaken rotation. Grouped-query attention is graded on its own: the module calls the
+student's apply_rope on tensors, which no stand-in table can answer, so each module check also records the student's
+apply_rope on the module's own queries and keys (computed here from the loaded weights) at every call's positions,
+and a module that computes the right attention from those rotations keeps its points whatever Part 1 gave. Mistakes
+of the module that no replaced helper can reproduce (RoPE on the values, key/value heads in the wrong order, the
+top-left mask) are named by computing them here from the same records.
+"""
+import re
+
+import torch
+
+from attention_grader.judging import (G, Check, Program, _kind, call_check, compare, default_judge,
+                                      expect_value_error, raised_message)
+from attention_grader.judges.step07 import ANY_VALUES, dropout_check, first_raised, linear_state, tensor_of, with_hint
+
+INTERLEAVED = ("the pairs are interleaved (x[2i], x[2i + 1]), the RoFormer paper's convention; this course uses "
+               "rotate-half pairs (x[i], x[i + head_dim/2]), as Hugging Face's Llama does")
+FREQUENCIES = "the angle of pair i is p * base ** (-2 * i / head_dim): the exponent has a factor 2"
+REVERSED = "the rotation goes the wrong way: the first half is x1 * cos - x2 * sin, the second x1 * sin + x2 * cos"
+POSITIONS_IGNORED = "rotate row t by positions[t], not by t: the positions need not start at 0"
+BASE_IGNORED = "use the base argument, not always 10000"
+ROPE_HINT = "pair i is (x[i], x[i + head_dim/2]) rotated by p * base ** (-2 * i / head_dim)"
+
+NOT_OFFSET = ("the new tokens are rotated at positions 0, 1, ... instead of kept, kept + 1, ...: with a cache, offset "
+              "the positions by the number of kept tokens")
+ROPE_ON_VALUES = "RoPE rotates queries and keys only, never the values"
+WRONG_ORDER = ("query head h reads key/value head h // (num_heads // num_kv_heads), so consecutive query heads share "
+               "one (repeat_interleave, or enable_gqa=True); repeat() or expand on the wrong dimension gives h % "
+               "num_kv_heads")
+TOP_LEFT = ("the causal mask is aligned to the top-left corner, as SDPA's is_causal=True does when T_q != T_k: with a "
+            "cache, new query i may see keys 0 .. kept + i")
+NO_ROPE = "apply RoPE to the queries and the keys, after the heads are split"
+GQA_HINT = ("split heads, RoPE on queries and keys at positions kept, kept + 1, ..., query head h reads key/value head "
+            "h // (num_heads // num_kv_heads), scores / sqrt(head_dim), causal mask, softmax, merge, out_proj")
+PARAMETERS = ("W_query = nn.Linear(d_in, d_out, bias=qkv_bias), W_key and W_value = nn.Linear(d_in, num_kv_heads * "
+              "head_dim, bias=qkv_bias), out_proj = nn.Linear(d_out, d_out)")
+CACHE_HINT = ("with use_cache=True the new tokens attend to the kept keys and values and their own (torch.cat along "
+              "the tokens), rotated at positions kept, kept + 1, ...; keep the concatenated keys and values")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# mistaken rotations (the answer key is run with one of these as its apply_rope)
+# ---------------------------------------------------------------------------------------------------------------
+
+def _rotated(x, angles, pairs_interleaved=False, direction=1.0):
+    cos, sin = angles.cos(), direction * angles.sin()
+    if pairs_interleaved:
+        even, odd = x[..., 0::2], x[..., 1::2]
+        return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
+    half = x.shape[-1] // 2
+    first, second = x[..., :half], x[..., half:]
+    return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
+
+
+def _angles(x, positions, base, exponent_factor=2.0):
+    head_dim = x.shape[-1]
+    if head_dim % 2:
+        raise ValueError("head_dim must be even")
+    exponents = torch.arange(head_dim // 2, dtype=x.dtype) * exponent_factor / head_dim
+    return torch.as_tensor(positions).to(x.dtype).unsqueeze(-1) * base ** -exponents
+
+
+def interleaved_rope(x, positions, base=10000.0):
+    return _rotated(x, _angles(x, positions, base), pairs_interleaved=True)
+
+
+def rope_without_factor_two(x, positions, base=10000.0):
+    return _rotated(x, _angles(x, positions, base, exponent_factor=1.0))
+
+
+def reversed_rope(x, positions, base=10000.0):
+    return _rotated(x, _angles(x, positions, base), direction=-1.0)
+
+
+def rope_ignoring_positions(x, positions, base=10000.0):
+    return _rotated(x, _angles(x, torch.arange(x.shape[-2]), base))
+
+
+def rope_ignoring_base(x, positions, base=10000.0):
+    return _rotated(x, _angles(x, positions, 10000.0))
+
+
+def no_rope(x, positions, base=10000.0):
+    return x
+
+
+ROPE_MISTAKES = ((INTERLEAVED, {"apply_rope": interleaved_rope}),
+                 (FREQUENCIES, {"apply_rope": rope_without_factor_two}),
+                 (REVERSED, {"apply_rope": reversed_rope}),
+                 (POSITIONS_IGNORED, {"apply_rope": rope_ignoring_positions}),
+                 (BASE_IGNORED, {"apply_rope": rope_ignoring_base}))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Part 1: apply_rope
+# ---------------------------------------------------------------------------------------------------------------
+
+def random_positions(inputs, num_tokens):
+    kind = inputs.randint(0, 3)
+    if kind == 0:
+        return torch.arange(num_tokens)
+    if kind == 1:
+        start = inputs.randint(1, 200)
+        return torch.arange(start, start + num_tokens)
+    return torch.tensor([inputs.randint(0, 300) for _ in range(num_tokens)])
+
+
+def apply_rope(inputs):
+    checks = []
+    cases = [((1,), 1, 4, None), ((2, 3), 5, 8, None), ((), 6, 2, 10.0), ((4,), 3, 6, 500.0), ((2, 1, 2), 7, 10, None),
+             ((3, 2), 4, 16, 100.0), ((1, 2), 9, 12, 10000.0)]
+    cases.append(((inputs.randint(1, 4),), inputs.randint(1, 10), 2 * inputs.randint(1, 9), None))
+    for leading, num_tokens, head_dim, base in cases:
+        x = inputs.randn(*leading, num_tokens, head_dim)
+        positions = random_positions(inputs, num_tokens)
+        kwargs = {} if base is None else {"base": base}
+        written = "" if base is None else f", base={base}"
+        check = call_check(f"apply_rope on a random {tuple(x.shape)} tensor at {num_tokens} positions{written}",
+                           "apply_rope", x, positions, hint=ROPE_HINT, atol=1e-4, rtol=1e-4, **kwargs)
+        check.mistakes = ROPE_MISTAKES
+        checks.append(check)
+    for shape in [(3, 5), (2, 4, 7), (1, 1)]:
+        p = Program()
+        p.call(G("apply_rope"), p.tensor(torch.zeros(shape)), p.tensor(torch.arange(shape[-2])))
+        checks.append(expect_value_error(f"apply_rope on a {shape} tensor (head_dim {shape[-1]})", p, "head_dim"))
+    return checks
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Part 2: padding_mask
+# ---------------------------------------------------------------------------------------------------------------
+
+def mask_check(lengths, num_tokens):
+    what = f"padding_mask(torch.tensor({lengths}), {num_tokens})"
+    p = Program()
+    p.record(p.call(G("padding_mask"), p.tensor(torch.tensor(lengths)), num_tokens), "the mask")
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1])
+        if "tensor" not in got[0] or got[0]["tensor"]["shape"] != want[0]["tensor"]["shape"]:
+            return with_hint(compare(got[0], want[0], what, ANY_VALUES) or f"{what} has the wrong shape",
+                             "one row per sequence, one column per position")
+        if got[0]["tensor"]["dtype"] != "bool":
+            return with_hint(f"{what} should be a bool tensor (True = padding), got dtype "
+                             f"{str(got[0]['tensor']['dtype'])[:20]}", "compare positions with the lengths (>=)")
+        actual, expected = tensor_of(got[0]).bool(), tensor_of(want[0]).bool()
+        if torch.equal(actual, expected):
+            return None
+        problem = f"{what} has the wrong entries ({int((actual != expected).sum())} differ)"
+        positions, ends = torch.arange(num_tokens), torch.tensor(lengths)[:, None]
+        for wrong, hint in ((~expected, "True means padding, blocked (step 4's convention): True = keep is SDPA's "
+                                        "attn_mask convention"),
+                            (positions > ends, "off by one: position lengths[k] is the first padded one (>=, not >)"),
+                            (positions < num_tokens - ends, "the padding goes at the end (right padding): the real "
+                                                            "tokens come first")):
+            if torch.equal(actual, wrong):
+                return with_hint(problem, hint)
+        return with_hint(problem, "True at position j of sequence k when j >= lengths[k]")
+
+    return Check(what, p, judge=judge)
+
+
+def padding_mask(inputs):
+    cases = [([3, 1, 4], 4), ([0, 2], 2), ([5], 7), ([1, 1, 1], 1), ([2, 6, 0, 3], 6)]
+    num_tokens = inputs.randint(1, 12)
+    cases.append(([inputs.randint(0, num_tokens + 1) for _ in range(inputs.randint(1, 6))], num_tokens))
+    checks = [mask_check(lengths, num_tokens) for lengths, num_tokens in cases]
+    for lengths, num_tokens in [([2, 5], 4), ([3, -1], 3), ([9], 8)]:
+        p = Program()
+        p.call(G("padding_mask"), p.tensor(torch.tensor(lengths)), num_tokens)
+        checks.append(expect_value_error(f"padding_mask(torch.tensor({lengths}), {num_tokens})", p, "lengths"))
+    return checks
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Part 3: GroupedQueryAttention
+# ---------------------------------------------------------------------------------------------------------------
+
+def gqa_state(inputs, d_in, d_out, kv_width, bias):
+    state = linear_state(inputs, "W_query", d_in, d_out, bias)
+    state.update(linear_state(inputs, "W_key", d_in, kv_width, bias))
+    state.update(linear_state(inputs, "W_value", d_in, kv_width, bias))
+    state.update(linear_state(inputs, "out_proj", d_out, d_out))
+    return state
+
+
+def heads_of(x, state, name, num_heads):
+    """x @ W^T + b split into (b, num_heads, T, head_dim), in float64."""
+    weight = state[f"{name}.weight"].double()
+    projected = x.double() @ weight.T + (state[f"{name}.bias"].double() if f"{name}.bias" in state else 0.0)
+    b, num_tokens, width = projected.shape
+    return projected.view(b, num_tokens, num_heads, width // num_heads).transpose(1, 2)
+
+
+def attention_from(rotated, values_of, calls, state, num_heads, *, kv_order="grouped", mask="bottom_right",
+                   rotate_values=False):
+    """The module's outputs, call by call, computed here from rotated queries and keys (rotated[(start, size)] =
+    (queries, keys, values rotated)): how the student's module should attend given the student's own apply_rope."""
+    outputs, kept_keys, kept_values = [], None, None
+    for start, size, use_cache, reset in calls:
+        if reset:
+            kept_keys = kept_values = None
+        queries, keys, rotated_values = rotated[(start, size)]
+        values = rotated_values if rotate_values else values_of[(start, size)]
+        if use_cache:
+            if kept_keys is not None:
+                keys, values = torch.cat([kept_keys, keys], 2), torch.cat([kept_values, values], 2)
+            kept_keys, kept_values = keys, values
+        group = num_heads // keys.shape[1]
+        reads = [h // group if kv_order == "grouped" else h % keys.shape[1] for h in range(num_heads)]
+        keys, values = keys[:, reads], values[:, reads]
+        scores = queries @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5
+        num_keys = keys.shape[2]
+        offset = num_keys - size if mask == "bottom_right" else 0
+        hidden = torch.arange(num_keys)[None, :] > torch.arange(size)[:, None] + offset
+        weights = scores.masked_fill(hidden, float("-inf")).softmax(-1)
+        merged = (weights @ values).transpose(1, 2).flatten(2)
+        outputs.append(merged @ state["out_proj.weight"].double().T + state["out_proj.bias"].double())
+    return outputs
+
+
+def random_chunks(inputs, num_tokens):
+    sizes = []
+    while sum(sizes) < num_tokens:
+        sizes.append(min(inputs.randint(1, 4), num_tokens - sum(sizes)))
+    return sizes
+
+
+def gqa_check(inputs, d_in, d_out, heads, kv_heads, context, num_tokens, b, bias, base, mode="eval"):
+    cls = "GroupedQueryAttention"
+    dropout = 0.5 if mode == "eval" else 0.0
+    head_dim = d_out // heads
+    built = (f"{cls}({d_in}, {d_out}, {context}, {dropout}, num_heads={heads}, num_kv_heads={kv_heads}, "
+             f"qkv_bias={bias}, rope_base={base}) in {mode} mode")
+    state = gqa_state(inputs, d_in, d_out, kv_heads * head_dim, bias)
+    x = inputs.randn(b, num_tokens, d_in)
+    p = Program()
+    module = p.call(G(cls), d_in, d_out, context, dropout, heads, kv_heads, qkv_bias=bias, rope_base=base)
+    p.record(module, "its parameters", PARAMETERS, kind="parameters")
+    p.load(module, state, hint=PARAMETERS)
+    p.call(module.attr(mode))
+    calls = []  # (start, size, use_cache, reset before) of every recorded module call
+
+    def output(start, size, label, hint, use_cache=False, reset=False):
+        chunk = x[:, start:start + size]
+        p.record(p.call(module, p.tensor(chunk), use_cache=True) if use_cache else p.call(module, p.tensor(chunk)),
+                 label, hint, atol=1e-5, rtol=1e-5)
+        calls.append((start, size, use_cache, reset))
+
+    output(0, num_tokens, f"the output on a random {tuple(x.shape)} input without the cache", GQA_HINT)
+    for chunks in ([1] * num_tokens, random_chunks(inputs, num_tokens), [num_tokens]):
+        p.call(module.attr("reset_cache"))
+        first_call = True
+        for start, size in zip(torch.tensor([0] + chunks).cumsum(0).tolist(), chunks):
+            if size == 1 and start == num_tokens // 2:  # a call without the cache, between cached ones
+                output(0, num_tokens, f"the output without the cache after {start} cached tokens",
+                       "use_cache=False must neither read nor write the cache")
+            output(start, size, f"the output of tokens {start}-{start + size - 1} with use_cache=True after {start} "
+                   f"cached tokens (chunks {chunks})", CACHE_HINT, use_cache=True, reset=first_call)
+            first_call = False
+    output(0, num_tokens, "the output without the cache after cached calls", "use_cache=False must not read the "
+           "cache")
+    num_outputs = len(calls)
+    # The student's own rotation of the module's queries, keys and values at every call's positions.
+    queries, keys, values = (heads_of(x, state, name, n) for name, n in (("W_query", heads), ("W_key", kv_heads),
+                                                                        ("W_value", kv_heads)))
+    spans = sorted({(start, size) for start, size, _, _ in calls})
+    for start, size in spans:
+        positions = p.tensor(torch.arange(start, start + size))
+        for projected in (queries, keys, values):
+            rotated = p.call(G("apply_rope"), p.tensor(projected[:, :, start:start + size].float()), positions,
+                             base=base)
+            p.record(rotated, "apply_rope of the module's projections", atol=float("inf"))
+    values_of = {(start, size): values[:, :, start:start + size] for start, size in spans}
+
+    def judge(got, want):
+        module_records = 2 + num_outputs
+        problem = default_judge(check, got[:module_records], want[:module_records])
+        if problem is None:
+            return None
+        rotations = got[module_records:]
+        usable = (first_raised(got[:module_records]) is None and len(rotations) == 3 * len(spans)
+                  and all(_kind(r) == "tensor" for r in rotations)
+                  and compare(got[0], want[0], "", ANY_VALUES) is None)
+        if not usable:
+            return problem
+        try:
+            rotated = {span: tuple(tensor_of(rotations[3 * i + j]) for j in range(3)) for i, span in enumerate(spans)}
+            outputs = [tensor_of(r) for r in got[2:module_records]]
+
+            def computes(**variant):
+                expected = attention_from(rotated, values_of, calls, state, heads, **variant)
+                return all(o.shape == e.shape and torch.allclose(o, e, atol=1e-4, rtol=1e-4)
+                           for o, e in zip(outputs, expected))
+
+            if computes():
+                return None  # right, given the student's own apply_rope (Part 1 is graded there)
+            for variant, hint in (({"rotate_values": True}, ROPE_ON_VALUES), ({"kv_order": "repeated"}, WRONG_ORDER),
+                                  ({"mask": "top_left"}, TOP_LEFT)):
+                if computes(**variant):
+                    return problem.split("\n  likely mistake: ")[0] + f"\n  likely mistake: {hint}"
+        except (RuntimeError, ValueError, IndexError, KeyError):
+            return problem
+        return problem
+
+    check = Check(f"{built} on a random {tuple(x.shape)} input", p, judge=judge,
+                  mistakes=((NOT_OFFSET, {"apply_rope": rope_ignoring_positions}),
+                            (INTERLEAVED, {"apply_rope": interleaved_rope}),
+                            (REVERSED, {"apply_rope": reversed_rope}),
+                            (FREQUENCIES, {"apply_rope": rope_without_factor_two}),
+                            (NO_ROPE, {"apply_rope": no_rope})))
+    return check
+
+
+def grouped_query_attention(inputs):
+    checks = []
+    for d_in, d_out, heads, kv_heads, context, num_tokens, b, bias, base in [
+            (6, 8, 4, 2, 8, 7, 2, False, 10000.0), (5, 12, 6, 3, 9, 7, 2, True, 10000.0),
+            (4, 8, 2, 2, 6, 6, 1, False, 10000.0), (7, 12, 3, 1, 10, 8, 2, True, 500.0),
+            (3, 16, 4, 1, 8, 6, 3, False, 10000.0), (6, 24, 6, 2, 7, 7, 2, False, 100.0),
+            (5, 32, 8, 4, 9, 5, 1, True, 10000.0)]:
+        checks.append(gqa_check(inputs, d_in, d_out, heads, kv_heads, context, num_tokens, b, bias, base))
+    checks.append(gqa_check(inputs, 4, 12, 3, 1, 8, 7, 2, False, 10000.0, mode="train"))
+    checks.append(dropout_check("GroupedQueryAttention(4, 8, 6, 0.5, 4, 2) on a random (3, 6, 4) input",
+                                "GroupedQueryAttention", (4, 8, 6, 0.5, 4, 2), gqa_state(inputs, 4, 8, 4, False),
+                                inputs.randn(3, 6, 4), inputs.seed(), "apply self.dropout to the attention weights, "
+                                "as in step 7"))
+    return checks
+
+
+def value_error_check(what, args, words, x=None, chunks=None):
+    """The constructor (or a forward pass on x, or cached chunks) must raise a ValueError naming one of `words`."""
+    p = Program()
+    module = p.call(G("GroupedQueryAttention"), *args)
+    if x is not None:
+        p.call(module, p.tensor(x))
+    for index, size in enumerate(chunks or []):
+        result = p.call(module, p.tensor(torch.zeros(1, size, args[0])), use_cache=True)
+        if index < len(chunks) - 1:
+            p.record(result, "a chunk that fits")
+    check = expect_value_error(what, p, words[0])
+    raises = check.judge
+
+    def judge(got, want):
+        early = next((i for i, record in enumerate(got[:len(chunks or [1]) - 1]) if "raised" in record), None)
+        if chunks and early is not None:
+            return raised_message(f"{what}: chunk {early + 1}, which fits in context_length", got[early],
+                                  "the kept and new tokens may fill context_length exactly; raise only when they "
+                                  "would pass it")
+        last = got[-1] if got else {"const": None}
+        if ("raised" in last and last["raised"] == "ValueError" and
+                any(re.search(rf"(?<![A-Za-z0-9_]){re.escape(w)}(?![A-Za-z0-9_])", str(last["message"]))
+                    for w in words)):
+            return None
+        return raises(got, want)
+
+    check.judge = judge
+    return check
+
+
+def grouped_query_attention_arguments(inputs):
+    return [value_error_check("GroupedQueryAttention(4, 6, 5, 0.0, num_heads=4, num_kv_heads=2)",
+                              (4, 6, 5, 0.0, 4, 2), ["d_out"]),
+            value_error_check("GroupedQueryAttention(3, 10, 6, 0.0, num_heads=4, num_kv_heads=2)",
+                              (3, 10, 6, 0.0, 4, 2), ["d_out"]),
+            value_error_check("GroupedQueryAttention(4, 16, 5, 0.0, num_heads=4, num_kv_heads=3)",
+                              (4, 16, 5, 0.0, 4, 3), ["num_kv_heads", "num_heads"]),
+            value_error_check("GroupedQueryAttention(5, 24, 5, 0.0, num_heads=6, num_kv_heads=4)",
+                              (5, 24, 5, 0.0, 6, 4), ["num_kv_heads", "num_heads"]),
+            value_error_check("GroupedQueryAttention(4, 6, 5, 0.0, num_heads=2, num_kv_heads=1), head_dim 3",
+                              (4, 6, 5, 0.0, 2, 1), ["head_dim", "d_out", "num_heads"]),
+            value_error_check("GroupedQueryAttention(3, 20, 5, 0.0, num_heads=4, num_kv_heads=4), head_dim 5",
+                              (3, 20, 5, 0.0, 4, 4), ["head_dim", "d_out", "num_heads"]),
+            value_error_check("a forward pass with 7 tokens through GroupedQueryAttention(3, 8, 6, 0.0, 4, 2)",
+                              (3, 8, 6, 0.0, 4, 2), ["context_length"], x=torch.zeros(1, 7, 3)),
+            value_error_check("GroupedQueryAttention(3, 8, 6, 0.0, 4, 2) fed chunks of [4, 3] tokens with "
+                              "use_cache=True", (3, 8, 6, 0.0, 4, 2), ["context_length"], chunks=[4, 3]),
+            value_error_check("GroupedQueryAttention(5, 8, 5, 0.0, 4, 1) fed chunks of [1, 1, 1, 1, 1, 1] tokens with "
+                              "use_cache=True", (5, 8, 5, 0.0, 4, 1), ["context_length"], chunks=[1] * 6),
+            value_error_check("GroupedQueryAttention(4, 8, 4, 0.0, 2, 2) fed chunks of [2, 1, 2] tokens with "
+                              "use_cache=True", (4, 8, 4, 0.0, 2, 2), ["context_length"], chunks=[2, 1, 2])]
+
+
+CELLS = {
+    "test_apply_rope": apply_rope,
+    "test_padding_mask": padding_mask,
+    "test_grouped_query_attention": grouped_query_attention,
+    "test_grouped_query_attention_arguments": grouped_query_attention_arguments,
+}
