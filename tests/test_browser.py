@@ -1,4 +1,5 @@
-"""The course as people use it: JupyterLab with nbgrader, started as the README says, driven in headless Chromium.
+"""The course as people use it: JupyterLab with nbgrader, started as the README says (`course.py start`, and
+`course.py start --instructor`), driven in headless Chromium.
 
 Screenshots of each key state go to artifacts/browser/ (git-ignored); a failing test names the one to look at.
 """
@@ -10,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -54,26 +56,34 @@ def api(server, path, method="GET"):
     return json.loads(body) if body else None
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """`python3 course.py start` in a copy of the course, on a free loopback port with a token; torn down after."""
-    course_dir = tmp_path_factory.mktemp("lab")
-    for name in ("course.py", "nbgrader_config.py", "requirements.txt", "pyproject.toml"):
-        shutil.copy(ROOT / name, course_dir / name)
-    for folder in ("source", "release", "notebooks"):
-        shutil.copytree(ROOT / folder, course_dir / folder)
-    (course_dir / ".venv").symlink_to(ROOT / ".venv")
-    # An instructor has generated the assignment and collected one submission (the answer key).
-    harness.nbgrader(course_dir, "generate_assignment", STEP, "--force")
-    harness.submit(course_dir, "alice", STEP, harness.variant_notebook(STEP, {}))
-    harness.submit(course_dir, "mallory", STEP, harness.variant_notebook(STEP, HOSTILE))
+# What the student view must not list at the course root: answer keys, master notebooks, the grader, tooling.
+HIDDEN_FROM_STUDENTS = ["solutions", "source", "release", "grader", "attention_course.egg-info", "nbgrader_config.py",
+                        "course.py", "jupyter_config", "exchange"]
 
+
+def course_copy(course_dir):
+    """A copy of the course as a clone has it (the folders a student must not see included)."""
+    for name in ("course.py", "nbgrader_config.py", "requirements.txt", "pyproject.toml", "HOME.md", "README.md"):
+        shutil.copy(ROOT / name, course_dir / name)
+    for folder in ("source", "release", "solutions", "notebooks", "jupyter_config", "grader"):
+        shutil.copytree(ROOT / folder, course_dir / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    (course_dir / "attention_course.egg-info").mkdir()
+    (course_dir / ".venv").symlink_to(ROOT / ".venv")
+    return course_dir
+
+
+def start_lab(course_dir, *options):
+    """`python3 course.py start [options]` in course_dir, on a free loopback port with a token; yields the server,
+    stops it after."""
     port, token = free_port(), os.urandom(16).hex()
-    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(course_dir / "runtime")}
+    # Runtime files, settings and workspaces of its own: nothing read from or left in the home folder.
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(course_dir / "runtime"),
+           "JUPYTERLAB_SETTINGS_DIR": str(course_dir / "lab-settings"),
+           "JUPYTERLAB_WORKSPACES_DIR": str(course_dir / "lab-workspaces")}
     log = open(course_dir / "jupyter.log", "w")
     # sys.executable is the course environment's python, so course.py starts JupyterLab without reinstalling.
     process = subprocess.Popen(
-        [sys.executable, "course.py", "start", "--no-browser", f"--ServerApp.port={port}",
+        [sys.executable, "course.py", "start", *options, "--no-browser", f"--ServerApp.port={port}",
          f"--IdentityProvider.token={token}"],
         cwd=course_dir, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     info = {"url": f"http://127.0.0.1:{port}", "token": token, "dir": course_dir}
@@ -98,6 +108,23 @@ def server(tmp_path_factory):
     log.close()
     stray = subprocess.run(["pgrep", "-f", str(course_dir)], capture_output=True, text=True).stdout.split()
     assert not stray, f"processes left running after the server stopped: {stray}"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """The student view: `python3 course.py start`, as the README says."""
+    yield from start_lab(course_copy(tmp_path_factory.mktemp("lab")))
+
+
+@pytest.fixture(scope="module")
+def instructor(tmp_path_factory):
+    """The instructor view, `python3 course.py start --instructor`, after the instructor has generated the
+    assignment and collected two submissions (the answer key, and one whose answers carry script)."""
+    course_dir = course_copy(tmp_path_factory.mktemp("instructor"))
+    harness.nbgrader(course_dir, "generate_assignment", STEP, "--force")
+    harness.submit(course_dir, "alice", STEP, harness.variant_notebook(STEP, {}))
+    harness.submit(course_dir, "mallory", STEP, harness.variant_notebook(STEP, HOSTILE))
+    yield from start_lab(course_dir, "--instructor")
 
 
 @pytest.fixture(scope="module")
@@ -156,6 +183,13 @@ def menu(page, top, item):
     page.locator(".lm-Menu-itemLabel", has_text=item).first.click()
 
 
+def validate(page):
+    page.locator("[data-jp-item-name=runAll]").get_by_text("Validate").click()
+    dialog = page.locator(".jp-Dialog")
+    expect(dialog).to_contain_text("Validation Results")
+    return dialog
+
+
 def run_all_and_validate(page):
     menu(page, "Run", "Run All Cells")
     wait_for_idle_kernel(page)
@@ -179,6 +213,61 @@ def student_notebook(server):
     path = f"work/{STEP}/{STEP}.ipynb"
     shutil.copy(server["dir"] / "release" / STEP / f"{STEP}.ipynb", server["dir"] / path)
     return path
+
+
+def file_browser_names(page):
+    items = page.locator(".jp-DirListing-content .jp-DirListing-itemText")
+    expect(items.first).to_be_visible()
+    page.wait_for_timeout(500)  # the listing fills in at once; let it settle
+    return sorted(items.all_inner_texts())
+
+
+def test_start_opens_on_the_course_home_and_the_student_view_hides_the_answer_keys(page, server):
+    page.goto(f"{server['url']}/?token={server['token']}")  # the address course.py start prints
+    home = page.locator(".jp-RenderedMarkdown").filter(has_text="start here")
+    expect(home.locator("h1")).to_contain_text("Attention, step by step: start here")
+    for step in harness.course.steps():
+        for href in (f"notebooks/{step}.ipynb", f"work/{step}/{step}.ipynb"):
+            expect(home.locator(f'a[href*="/files/{href}?"]')).to_have_count(1, timeout=5_000)
+    expect(home).to_contain_text("Press Validate")
+    page.shot("1-home")
+    shown = ["HOME.md", "README.md", "notebooks", "work"]
+    assert file_browser_names(page) == shown
+    assert sorted(entry["name"] for entry in api(server, "/api/contents")["content"]) == shown
+    for name in HIDDEN_FROM_STUDENTS:
+        assert (server["dir"] / name).exists(), f"{name} should exist in the course copy, to be hidden"
+    # nbgrader's instructor tools and its Assignment List (which needs a JupyterHub exchange) are not offered.
+    expect(page.locator(".lm-MenuBar-itemLabel")).to_contain_text(["File", "Edit", "View"])
+    expect(page.locator(".lm-MenuBar-itemLabel", has_text="Nbgrader")).to_have_count(0)
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        api(server, "/formgrader")
+    assert missing.value.code == 404
+    # The home's first link opens the first lesson.
+    home.locator(f'a[href*="/files/notebooks/{STEP}.ipynb?"]').click()
+    expect(page.locator(".jp-Notebook .jp-RenderedMarkdown h1").first).to_contain_text("Step 01")
+    page.shot("2-lesson")
+
+
+def test_validate_on_a_lesson_says_there_is_nothing_to_validate(page, server):
+    open_notebook(page, server, f"notebooks/{STEP}.ipynb")
+    dialog = validate(page)
+    page.shot("validated")
+    text = dialog.inner_text()
+    assert f"Nothing to validate: {STEP}.ipynb is a lesson, with no tests and no grade. Its exercise is " \
+           f"work/{STEP}/{STEP}.ipynb: validate that one." in text and "failed" not in text, text
+    dialog.get_by_role("button", name="Ok").click()
+
+
+def test_validate_reports_a_blank_written_answer_as_still_to_write(page, server):
+    open_notebook(page, server, student_notebook(server))
+    for marker, source in CORRECT.items():
+        replace_cell(page, page.locator(".jp-CodeCell").filter(has_text=marker), source)
+    dialog = run_all_and_validate(page)
+    page.shot("validated")
+    text = dialog.inner_text()
+    assert "Every test passes; 1 written answer still to write." in text and "Still to write: your answer to " \
+           "\"Part 4 · Reading the scores\"" in text and "failed" not in text, text
+    dialog.get_by_role("button", name="Ok").click()
 
 
 def test_student_validates_a_correct_solution(page, server):
@@ -216,7 +305,18 @@ def test_lesson_renders_its_plots(page, server):
     assert plots.last.evaluate("img => img.naturalWidth") > 300, "the heatmap did not render"
 
 
-def test_instructor_sees_assignments_and_autogrades_from_formgrader(page, server):
+def test_instructor_view_shows_every_file_and_nbgrader(page, instructor):
+    page.goto(f"{instructor['url']}/?token={instructor['token']}")
+    home = page.locator(".jp-RenderedMarkdown").filter(has_text="start here")
+    expect(home.locator("h1")).to_contain_text("Attention, step by step: start here")
+    names = file_browser_names(page)
+    assert set(HIDDEN_FROM_STUDENTS) <= set(names), names
+    expect(page.locator(".lm-MenuBar-itemLabel", has_text="Nbgrader")).to_have_count(1)
+    page.shot("files")
+
+
+def test_instructor_sees_assignments_and_autogrades_from_formgrader(page, instructor):
+    server = instructor
     # Logging in through JupyterLab sets the cookies formgrader's own requests need.
     page.goto(f"{server['url']}/lab?token={server['token']}")
     page.locator(".jp-LabShell").wait_for()
@@ -236,7 +336,8 @@ def test_instructor_sees_assignments_and_autogrades_from_formgrader(page, server
     page.shot("2-autograded")
 
 
-def test_no_script_of_a_submission_runs_in_formgrader_or_feedback(page, server):
+def test_no_script_of_a_submission_runs_in_formgrader_or_feedback(page, instructor):
+    server = instructor
     harness.nbgrader(server["dir"], "autograde", STEP, "--student", "mallory")
     harness.nbgrader(server["dir"], "generate_feedback", STEP, "--student", "mallory")
     from nbgrader.api import Gradebook
