@@ -3,7 +3,8 @@
 The course's modules (steps 6 to 10) come from the answer keys in solutions/, loaded at run time; a thin wrapper
 around PyTorch's own `nn.MultiheadAttention` joins them. Each maps (batch, tokens, d_model) to (batch, tokens,
 d_model) through the same layers, so the differences are in how the work is organised. A second table times
-generation one token at a time, with and without step 9's KV cache.
+generation one token at a time, with and without step 9's KV cache; a third, step 11's grouped-query attention with
+its cache, from one key/value head per query head down to one for all (with RoPE: another layer, timed on its own).
 
     python benchmarks/attention_benchmark.py --size small
     python benchmarks/attention_benchmark.py --size gpt2 --device cuda --dtype bfloat16
@@ -273,6 +274,43 @@ def format_generation(ms_per_token, num_tokens):
     return "\n".join(lines)
 
 
+def gqa_generation(size, device="cpu", dtype=torch.float32, seed=123):
+    """Step 11's grouped-query attention feeding one sequence token by token through its KV cache, from num_heads
+    key/value heads (multi-head) down to one (multi-query). Returns rows (name, ms per token, MiB the cache holds
+    after the sequence) and the largest difference between the cached outputs and one pass without the cache."""
+    gqa = load_solutions("11_rope_gqa")["GroupedQueryAttention"]
+    torch.manual_seed(seed)
+    x = torch.randn(1, size.num_tokens, size.d_model, device=device, dtype=dtype)
+    kv_heads = sorted({kv for kv in (size.num_heads, size.num_heads // 4, 1) if kv and size.num_heads % kv == 0},
+                      reverse=True)
+    args = (size.d_model, size.d_model, size.num_tokens, 0.0, size.num_heads)
+    modules = {f"GQA, {kv} kv head{'s' if kv > 1 else ''} (step 11)":
+               gqa(*args, kv).to(device=device, dtype=dtype).eval() for kv in kv_heads}
+    outputs = {}
+
+    def token_by_token(name, module):
+        def step():
+            module.reset_cache()
+            outputs[name] = [module(x[:, end - 1:end], use_cache=True) for end in range(1, size.num_tokens + 1)]
+        return step
+
+    with torch.no_grad():
+        ms = median_ms_interleaved({name: token_by_token(name, module) for name, module in modules.items()},
+                                   repeats=3, warmup=1, device=torch.device(device))
+        difference = max((torch.cat(outputs[name], dim=1) - module(x)).abs().max().item()
+                         for name, module in modules.items())
+    rows = [(name, ms[name] / size.num_tokens,
+             sum(t.numel() * t.element_size() for t in (module.cache_keys, module.cache_values)) / 2 ** 20)
+            for name, module in modules.items()]
+    return rows, difference
+
+
+def format_gqa_generation(rows, num_tokens):
+    lines = [f"{'generating ' + str(num_tokens) + ' tokens':<28}  {'ms/token':>8}  {'cache MiB':>9}"]
+    lines += [f"{name:<28}  {ms:>8.3f}  {mib:>9.3f}" for name, ms, mib in rows]
+    return "\n".join(lines)
+
+
 def describe_device(device):
     device = torch.device(device)
     if device.type == "cuda":
@@ -306,6 +344,10 @@ def main(argv=None):
     print()
     print(format_generation(ms_per_token, size.num_tokens))
     print(f"largest difference of the last token's output, with and without the cache: {difference:.2g}")
+    rows, difference = gqa_generation(size, device=args.device, dtype=getattr(torch, args.dtype))
+    print()
+    print(format_gqa_generation(rows, size.num_tokens))
+    print(f"largest difference of the cached outputs from one pass without the cache: {difference:.2g}")
 
 
 if __name__ == "__main__":
