@@ -222,8 +222,17 @@ def file_browser_names(page):
     return sorted(items.all_inner_texts())
 
 
+def printed_address(server):
+    """The address `course.py start` prints for the student to open (with the token it hides in its log)."""
+    log = (server["dir"] / "jupyter.log").read_text()
+    address = next(word for line in log.splitlines() for word in line.split() if word.startswith(server["url"]))
+    return address.replace("token=...", f"token={server['token']}")
+
+
 def test_start_opens_on_the_course_home_and_the_student_view_hides_the_answer_keys(page, server):
-    page.goto(f"{server['url']}/?token={server['token']}")  # the address course.py start prints
+    address = printed_address(server)
+    assert address.startswith(f"{server['url']}/lab/tree/HOME.md?"), address
+    page.goto(address)
     home = page.locator(".jp-RenderedMarkdown").filter(has_text="start here")
     expect(home.locator("h1")).to_contain_text("Attention, step by step: start here")
     for step in harness.course.steps():

@@ -4,6 +4,8 @@ nbgrader stays the engine: every submission goes through nbgrader's own autograd
 execute, score, gradebook) and generate_feedback, in worker processes that each keep one warm, sandboxed executor
 (attention_grader/forking.py). The parent hands out submissions, shows progress, and at the end prints a summary,
 flags what crashed, timed out, ran out of memory, left bad records or could not be read, and exports grades.csv.
+It checks what it is asked before any work (an unknown step or student is an error naming the known ones), and
+accounts for every folder of submitted/: graded, or refused with the reason (in the summary and in grades.csv).
 
 One bad submission never stops the others: a notebook that is not valid JSON, or missing, is graded as its
 assignment's release with a note saying why (so it scores zero for a reason the student can read, instead of being
@@ -166,7 +168,6 @@ def stage(root, student, assignment):
 
 def unreadable_because(error):
     """Why a submitted file is not a notebook, in one line and without the file's content."""
-    import json
     cause = error.__cause__ or error.__context__
     for candidate in (error, cause):
         if isinstance(candidate, UnicodeDecodeError):
@@ -521,8 +522,8 @@ def summarize(root, results, csv_path, out, refused=()):
     print(f"\nGrades: {csv_path}" + ("   Feedback: feedback/<student>/<assignment>/"
                                      if any(r.get("feedback") for r in results) else "") + f"   Log: {LOG}", file=out)
     print("Next: `nbgrader formgrader` (or the Formgrader tab) for the written answers and a review, "
-          "`nbgrader release_feedback ASSIGNMENT` to hand the feedback back, and `python3 course.py grade --export-only` "
-          "again after manual grading.", file=out)
+          "`nbgrader release_feedback ASSIGNMENT` to hand the feedback back, and "
+          "`python3 course.py grade --export-only` again after manual grading.", file=out)
 
 
 def printable(text):
