@@ -68,7 +68,8 @@ def one_thread_deterministic():
 
 def train_lookback(lags=(1,), num_heads=1, causal=True, steps=200, vocab_size=8, num_tokens=8, d_model=16,
                    batch_size=64, lr=0.003, seed=123, report_every=25):
-    """Train a LookbackModel from seed `seed`. Returns the model (in eval mode) and the loss of every step."""
+    """Train a LookbackModel from seed `seed`, printing the loss (to one decimal) every `report_every` steps. Returns
+    the model (in eval mode) and the loss of every step."""
     with one_thread_deterministic():
         torch.manual_seed(seed)
         generator = torch.Generator().manual_seed(seed)
@@ -84,7 +85,7 @@ def train_lookback(lags=(1,), num_heads=1, causal=True, steps=200, vocab_size=8,
             optimizer.step()
             losses.append(loss.item())
             if report_every and (step % report_every == 0 or step == steps - 1):
-                print(f"step {step:4d}   loss {loss.item():.2f}")
+                print(f"step {step:4d}   loss {loss.item():.1f}")
     return model.eval(), losses
 
 
