@@ -119,11 +119,14 @@ def server(tmp_path_factory):
 @pytest.fixture(scope="module")
 def instructor(tmp_path_factory):
     """The instructor view, `python3 course.py start --instructor`, after the instructor has generated the
-    assignment and collected two submissions (the answer key, and one whose answers carry script)."""
+    assignment and collected three submissions (the answer key, one whose answers carry script, and a file that is
+    not a notebook, already graded by `course.py grade`)."""
     course_dir = course_copy(tmp_path_factory.mktemp("instructor"))
     harness.nbgrader(course_dir, "generate_assignment", STEP, "--force")
     harness.submit(course_dir, "alice", STEP, harness.variant_notebook(STEP, {}))
     harness.submit(course_dir, "mallory", STEP, harness.variant_notebook(STEP, HOSTILE))
+    harness.submit(course_dir, "nora", STEP, '{"cells": [')
+    assert "nora / " in harness.grade_class(course_dir, STEP, "--student", "nora")
     yield from start_lab(course_dir, "--instructor")
 
 
@@ -322,6 +325,16 @@ def test_instructor_view_shows_every_file_and_nbgrader(page, instructor):
     assert set(HIDDEN_FROM_STUDENTS) <= set(names), names
     expect(page.locator(".lm-MenuBar-itemLabel", has_text="Nbgrader")).to_have_count(1)
     page.shot("files")
+
+
+def test_formgrader_shows_the_submissions_course_py_grade_flagged(page, instructor):
+    page.goto(f"{instructor['url']}/lab?token={instructor['token']}")
+    page.locator(".jp-LabShell").wait_for()
+    page.goto(f"{instructor['url']}/formgrader/gradebook/{STEP}/{STEP}")
+    rows = page.locator("table tbody tr")
+    expect(rows).to_have_count(1)  # only nora has been graded so far
+    expect(rows.locator("td.flagged .glyphicon-flag")).to_have_count(1)
+    page.shot("flagged")
 
 
 def test_instructor_sees_assignments_and_autogrades_from_formgrader(page, instructor):
