@@ -1,5 +1,5 @@
-"""One submission cannot touch another student's grade: each attack of issue 13 graded first, honest classmates after
-it, through the instructor's command with one and with two workers.
+"""One submission cannot touch another student's grade, the grading machine or its own hidden checks: each attack
+graded first, honest classmates after it, through the instructor's command with one and with two workers.
 
 Every attacker hands in the untouched release plus its attack (or a link to a classmate's notebook), so any point it earns is unearned. Each is followed
 (in grading order) by a victim: the answer key or a known mistake, whose score is known from the bank. Shown to work
@@ -7,13 +7,17 @@ against the undefended executor: forged messages shifted the next student's grad
 a process left running or a notebook's children together over the memory limit got through before the tree of
 processes was watched (tests/test_executor.py, written first).
 """
+import json
+import os
 import subprocess
 import sys
 
 import pytest
+from nbformat.v4 import new_code_cell
 
 import harness
 from conftest import ROOT, require
+from test_executor import run, text
 
 STEP = "01_dot_product_scores"
 
@@ -65,6 +69,51 @@ ATTACKS = {
         "[child.wait() for child in children]\n"),
     "floods_the_display": "from IPython.display import HTML, display\ndisplay(HTML('x' * 200_000_000))\n",
     # escape sequences for the instructor's terminal, on every stream
+    # The attacks of issue 23, each shown to work against the executor before notebooks got namespaces of their own
+    # (one sandbox and one /tmp per worker): later classmates crashed before their first cell (read-only /tmp) or
+    # were killed (hop chains), files stayed for the next notebook, and outputs passed the caps through gc.
+    "makes_tmp_read_only": (
+        "import os\n"
+        "for path in ('/tmp', '/dev/shm', '/dev', '/'):\n"
+        "    try:\n"
+        "        os.chmod(path, 0o555)\n"
+        "    except OSError:\n"
+        "        pass\n"),
+    # a chain of processes, each forking its successor in a new session and exiting, that kills all it can later
+    "leaves_a_hop_chain": (
+        "import os, signal, time\n"
+        "if os.fork() == 0:\n"
+        "    os.closerange(3, 1024)\n"
+        "    deadline = time.monotonic() + 20\n"
+        "    while time.monotonic() < deadline:\n"
+        "        if os.fork():\n"
+        "            os._exit(0)\n"
+        "        os.setsid()\n"
+        "        if time.monotonic() > deadline - 19:\n"
+        "            try:\n"
+        "                os.kill(-1, signal.SIGKILL)\n"
+        "            except OSError:\n"
+        "                pass\n"
+        "    os._exit(0)\n"),
+    "fills_shared_memory_and_tmp": (
+        "import os\n"
+        "block = b'x' * (16 << 20)\n"
+        "for path, blocks in (('/dev/shm/left_behind', 128), ('/tmp/matplotlib/left_behind', 32)):\n"
+        "    try:\n"
+        "        os.makedirs(os.path.dirname(path), exist_ok=True)\n"
+        "        with open(path, 'wb') as file:\n"
+        "            for _ in range(blocks):\n"
+        "                file.write(block)\n"
+        "    except OSError:\n"
+        "        pass\n"),
+    # the executor's list of outputs, found from the notebook's own stdout, filled past every cap
+    "passes_the_display_cap_through_gc": (
+        "import gc\n"
+        "print('marker')\n"
+        "outputs = next(o for o in gc.get_objects() if isinstance(o, list) and o and isinstance(o[0], dict)\n"
+        "               and o[0].get('text') == 'marker\\n')\n"
+        "for _ in range(12):\n"
+        "    outputs.append({'output_type': 'display_data', 'metadata': {}, 'data': {'text/html': 'x' * (10 << 20)}})\n"),
     "writes_to_the_terminal": (
         "import os, sys\n"
         "for fd in (1, 2):\n"
@@ -129,3 +178,128 @@ def test_no_attack_changes_a_classmate_s_grade_or_earns_a_point(workers, base_co
     assert not any("victim" in student for student in flagged), run.stdout
     # nothing a submission printed reaches the instructor's terminal as a control sequence
     assert "\x1b" not in run.stdout + run.stderr
+
+
+# --- one notebook, one sandbox: what a notebook leaves behind, seen by the next one on the same executor ---------
+
+
+def test_nothing_a_notebook_writes_or_chmods_reaches_the_next_notebook():
+    """Before: the next notebook crashed before its first cell (/tmp read-only) and read the files left behind."""
+    require("bwrap", "the per-notebook sandbox")
+    outputs, _ = run(ATTACKS["fills_shared_memory_and_tmp"] + ATTACKS["makes_tmp_read_only"]
+                     + "print(os.path.getsize('/dev/shm/left_behind') >> 20, os.path.getsize('/tmp/matplotlib/left_behind') >> 20)")
+    written = [int(n) for n in text(outputs[0]).split()]
+    assert all(n <= 256 for n in written), f"MiB written to /dev/shm and /tmp: {written}, over the 256 MiB cap"
+    outputs, event = run("import os, tempfile\n"
+                         "print(os.path.exists('/dev/shm/left_behind'), os.path.exists('/tmp/matplotlib/left_behind'))\n"
+                         "open(os.path.join(tempfile.gettempdir(), 'mine.txt'), 'w').write('ok')\nprint('writable')")
+    assert text(outputs[0]) == "False False\nwritable\n", outputs
+    assert event["flags"] == []
+
+
+def test_a_hop_chain_ends_with_its_notebook():
+    """Before: the chain outlived the notebook (each process forks its successor in a new session and exits, so a
+    single look at /proc misses it) and killed the next notebook's process."""
+    require("bwrap", "the per-notebook sandbox")
+    run(ATTACKS["leaves_a_hop_chain"])
+    outputs, event = run("import time\ntime.sleep(3)\nprint('alive')", "print('still alive')")
+    assert text(outputs[0]) == "alive\n" and text(outputs[1]) == "still alive\n", outputs
+    assert event["flags"] == []
+
+
+def test_the_sandbox_is_never_the_grader_s_root():
+    """As root, the sandbox's uid was host root: it could chmod the host's /dev/null and open kernel.core_pattern for
+    writing. Proven without harm: the chmod keeps /dev/null's mode, the file is opened and closed unwritten."""
+    require("bwrap", "the sandbox")
+    outputs, _ = run("import os, stat\n"
+                     "mode = stat.S_IMODE(os.stat('/dev/null').st_mode)\n"
+                     "for what, act in (('chmod /dev/null', lambda: os.chmod('/dev/null', mode)),\n"
+                     "                  ('open core_pattern', lambda: os.close(os.open('/proc/sys/kernel/core_pattern', os.O_WRONLY))),\n"
+                     "                  ('open /etc/shadow', lambda: os.close(os.open('/etc/shadow', os.O_RDONLY)))):\n"
+                     "    try:\n"
+                     "        act()\n"
+                     "        print(what, 'allowed')\n"
+                     "    except OSError as error:\n"
+                     "        print(what, 'refused')\n")
+    assert text(outputs[0]) == "chmod /dev/null refused\nopen core_pattern refused\nopen /etc/shadow refused\n", (
+        f"as uid {os.geteuid()}: {text(outputs[0])}")
+
+
+def test_the_output_caps_hold_when_student_code_reaches_the_executor_s_list():
+    """Before: 120 MB appended through gc went to the grader whole (400 MB put autograde at 2 GB and 544 s)."""
+    outputs, event = run(ATTACKS["passes_the_display_cap_through_gc"], "print('after')")
+    size = sum(len(json.dumps(o)) for o in outputs[0])
+    assert size < 1 << 20 and outputs[0][-1]["ename"] == "OutputLimitError", (size, str(outputs[0])[:300])
+    assert text(outputs[1]) == "after\n"
+
+
+# --- hidden checks reach the notebook only when their cell runs, and leave nothing behind -------------------------
+
+KV = "09_kv_cache"
+
+# A wrong causal_mask_with_offset (the top-left mask) that answers from any stand-in table found in memory.
+READS_STAND_INS = '''
+import ast, gc, json, re, time, torch
+from attention_course.probe import decode_tensor
+_scanned = [0.0, {}]
+
+def _found_answers():
+    if time.monotonic() - _scanned[0] < 5:  # a scan of memory takes time: at most one in 5 s
+        return _scanned[1]
+    answers = _scanned[1]
+    for holder in gc.get_objects():
+        items = holder.values() if isinstance(holder, dict) else holder if isinstance(holder, (list, tuple)) else ()
+        for item in list(items):
+            if isinstance(item, str) and "probe." + "stand_in(" in item:
+                for table in re.findall(r"\\.loads\\(('.*?')\\)\\)", item):
+                    for args, spec in json.loads(ast.literal_eval(table)):
+                        answers[tuple(args)] = decode_tensor(spec)
+    _scanned[0] = time.monotonic()
+    return answers
+
+def causal_mask_with_offset(t_q, t_k):
+    answers = _found_answers()
+    if (t_q, t_k) in answers:
+        return answers[(t_q, t_k)].bool()
+    return torch.ones(t_q, t_k, dtype=torch.bool).triu(diagonal=1)
+'''
+
+# A cell of the student's own at the end: prints every hidden plan or stand-in table still in memory.
+PRINTS_PLANS = '''
+import gc
+found = set()
+for holder in gc.get_objects():
+    items = holder.values() if isinstance(holder, dict) else holder if isinstance(holder, (list, tuple)) else ()
+    for item in list(items):
+        if isinstance(item, str) and len(item) > 20 and ("probe." + "run(" in item or "probe." + "stand_in(" in item):
+            found.add(item)
+print("FOUND", len(found), "HIDDEN", *sorted(found))
+'''
+
+
+def kv_attacker():
+    nb = harness.variant_notebook(KV, {"causal_mask_with_offset": READS_STAND_INS})
+    nb.cells.append(new_code_cell(PRINTS_PLANS))
+    return nb
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_hidden_checks_are_not_found_in_memory(workers, tmp_path):
+    """Before: the executor received every cell's source at once, hidden plans and stand-in tables included, so the
+    wrong Part 1 above answered from a later cell's table, and a cell of the student's own printed every plan into
+    the feedback."""
+    require("bwrap", "the per-notebook sandbox")
+    course_dir = harness.make_course(tmp_path / "course", steps=[KV])
+    mistake = harness.variant_notebook(KV, {"causal_mask_with_offset": READS_STAND_INS.split("def causal_mask_with_offset")[0]
+                                            + "def causal_mask_with_offset(t_q, t_k):\n"
+                                              "    return torch.ones(t_q, t_k, dtype=torch.bool).triu(diagonal=1)\n"})
+    harness.submit(course_dir, "a_attacker", KV, kv_attacker())
+    harness.submit(course_dir, "b_classmate", KV, harness.variant_notebook(KV, {}))
+    harness.submit(course_dir, "c_same_mistake_alone", KV, mistake)
+    harness.grade_class(course_dir, KV, workers=workers, timeout=30)
+    feedback = harness.feedback_text(course_dir, KV, "a_attacker")
+    assert "FOUND 0 HIDDEN" in feedback and "__import__('json').loads(" not in feedback, (
+        feedback[feedback.find("FOUND"):][:300])
+    alone = harness.cell_scores(course_dir, KV, "c_same_mistake_alone")
+    assert harness.cell_scores(course_dir, KV, "a_attacker") == alone
+    assert harness.cell_scores(course_dir, KV, "b_classmate") == harness.autograded_cells(KV)

@@ -5,12 +5,16 @@ them takes milliseconds. `ForkingExecute` replaces nbgrader's `Execute` step (se
 restoring test cells, scoring, the gradebook, feedback and formgrader stay nbgrader's own.
 
     nbgrader process ── ForkingExecute ──pipes──> zygote (bubblewrap sandbox: torch, IPython, student package)
-                                                    └─ fork per notebook: cells in order in an IPython shell,
-                                                       outputs and errors sent back cell by cell
+                                                    └─ fork per notebook, in namespaces of its own (below): cells in
+                                                       order in an IPython shell, outputs sent back cell by cell
 
 The zygote sees the Python environment, the student package and this file, read-only, and nothing else of the
-course: no source/, no solutions, no judges, no gradebook, no other submission. It has no network and writes only to its own /tmp.
-Each child also runs under a memory limit and a per-cell timeout; a crash or os._exit ends that child only.
+course: no source/, no solutions, no judges, no gradebook, no other submission. It has no network. When the grader
+runs as root, the sandbox runs as the unprivileged uid `nobody` (65534) of the host, never as root.
+Each notebook gets new user, mount, IPC, network and PID namespaces with a fresh, size-limited /tmp and /dev/shm:
+nothing it writes, chmods or starts outlives it. It runs under a memory limit and a per-cell timeout; a crash or
+os._exit ends that notebook only. A notebook receives each cell's source when that cell runs, and each test cell
+runs in a throwaway fork, so no hidden check is in the notebook's memory before or after its cell.
 Without a working bubblewrap the executor refuses to run student code, unless told to (`sandbox=False`, which
 `course.py grade --unsandboxed` sets): then it warns loudly, and the class summary says so.
 """
@@ -68,6 +72,9 @@ def student_package_dir():
     return importlib.util.find_spec("attention_course").submodule_search_locations[0]
 
 
+SANDBOX_UID = 65534  # the host uid student code runs as when the grader is root ("nobody")
+
+
 def sandbox_command(python):
     """bubblewrap arguments that run `python` with the environment, the student package and this file visible,
     read-only."""
@@ -78,14 +85,37 @@ def sandbox_command(python):
     # --as-pid-1: the zygote itself is the namespace's init. No other process of the sandbox holds the pipe to the
     # grader, so a notebook (which may open /proc/<pid>/fd of a dumpable process of its own uid) cannot write to it.
     command = [bwrap, "--unshare-all", "--as-pid-1", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-               "--uid", "65534", "--gid", "65534", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-               "--chdir", "/tmp", "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp"]
+               "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--proc", "/proc", "--dev", "/dev",
+               "--tmpfs", "/tmp", "--chdir", "/tmp", "--clearenv", "--setenv", "PATH", "/usr/bin:/bin",
+               "--setenv", "HOME", "/tmp"]
     system = ["/usr", "/lib", "/lib64", "/bin", "/etc/alternatives", "/etc/ld.so.cache", "/etc/localtime", "/etc/fonts"]
     for path in system:
         command += ["--ro-bind-try", path, path]
     for path in sorted(prefixes) + [student_package_dir()]:
         command += ["--ro-bind", path, path]
-    return command + ["--ro-bind", THIS_FILE, SANDBOXED_FILE]
+    # the zygote imports the very student package the grader found (an editable install's .pth may point elsewhere)
+    command += ["--setenv", "PYTHONPATH", os.path.dirname(student_package_dir())]
+    # nothing of the sandbox's own tree can be changed: only each notebook's fresh /tmp and /dev/shm are writable
+    return command + ["--ro-bind", THIS_FILE, SANDBOXED_FILE, "--remount-ro", "/dev", "--remount-ro", "/"]
+
+
+def closed_to_others(paths):
+    """The folders on the way to `paths` that other users cannot pass (no o+x): the sandbox's uid cannot either."""
+    closed = []
+    for path in paths:
+        folder = os.path.dirname(os.path.realpath(path))
+        while folder != "/":
+            if not os.stat(folder).st_mode & 0o001 and folder not in closed:
+                closed.append(folder)
+            folder = os.path.dirname(folder)
+    return closed
+
+
+def _as_sandbox_user():
+    """Run as the unprivileged host uid (for bubblewrap started by root: inside, root's files are then not its own)."""
+    os.setgroups([])
+    os.setgid(SANDBOX_UID)
+    os.setuid(SANDBOX_UID)
 
 
 class Zygote:
@@ -97,7 +127,16 @@ class Zygote:
                "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp/matplotlib", "PYTHONHASHSEED": "0",
                "COURSE_SANDBOXED": "1"}
         command = sandbox_command(python) if sandbox else None
-        self.sandboxed = command is not None and self._sandbox_works(command, python)
+        # as root, student code runs as an unprivileged uid of the host, not as root
+        preexec = _as_sandbox_user if os.geteuid() == 0 else None
+        closed = closed_to_others([python, os.path.realpath(python), THIS_FILE, student_package_dir()])
+        if command is not None and preexec and closed:
+            raise SandboxUnavailable(
+                f"grading as root, the sandbox runs student code as the unprivileged uid {SANDBOX_UID}, which cannot "
+                f"reach the Python environment or the course through {', '.join(closed)}: let other users pass "
+                f"(`chmod o+x {' '.join(closed)}`: they can then open what is inside that is readable to them, not "
+                "list it), or grade as an ordinary user")
+        self.sandboxed = command is not None and self._sandbox_works(command, python, preexec)
         if sandbox and not self.sandboxed:
             raise SandboxUnavailable(NO_SANDBOX)
         if self.sandboxed:
@@ -114,10 +153,11 @@ class Zygote:
             argv = [python, THIS_FILE, "serve"]
             mpl = os.path.join(os.environ.get("TMPDIR", "/tmp"), "mpl-grader")
             env = {**os.environ, **env, "COURSE_SANDBOXED": "", "MPLCONFIGDIR": mpl}
-        self.buffer = b""
+        self.buffer = bytearray()
         self.errors = tempfile.TemporaryFile()  # the zygote's own stderr: kept for the message below
         self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors,
-                                        env=env, cwd=None if self.sandboxed else os.environ.get("TMPDIR", "/tmp"))
+                                        env=env, cwd=None if self.sandboxed else os.environ.get("TMPDIR", "/tmp"),
+                                        preexec_fn=preexec if self.sandboxed else None)
         ready = self._read(timeout=300)
         self.own = {self.process.pid, *_descendants(self.process.pid)}  # bubblewrap and the zygote
         # A notebook's processes share the zygote's pages; their share counts towards the tree's memory, so the
@@ -135,9 +175,10 @@ class Zygote:
                                f" What to do: {what_to_do}")
 
     @staticmethod
-    def _sandbox_works(command, python):
+    def _sandbox_works(command, python, preexec):
         try:
-            probe = subprocess.run(command + [python, "-c", "print('ok')"], capture_output=True, timeout=60)
+            probe = subprocess.run(command + [python, "-c", "print('ok')"], capture_output=True, timeout=60,
+                                   preexec_fn=preexec)
         except (OSError, subprocess.TimeoutExpired):
             return False
         return probe.returncode == 0 and probe.stdout.strip() == b"ok"
@@ -148,7 +189,9 @@ class Zygote:
     def _read(self, timeout, watch=None):
         """The next message, None after `timeout` seconds of silence; `watch()` runs while it waits."""
         deadline = time.monotonic() + timeout
-        while b"\n" not in self.buffer:
+        searched = 0  # bytes of the buffer already searched for the end of the line: reading stays linear
+        while (newline := self.buffer.find(b"\n", searched)) < 0:
+            searched = len(self.buffer)
             left = deadline - time.monotonic()
             ready, _, _ = select.select([self.process.stdout], [], [], max(0.0, min(left, WATCH_INTERVAL)))
             if not ready and left <= 0:
@@ -161,7 +204,8 @@ class Zygote:
             if not chunk:
                 return {"eof": True}
             self.buffer += chunk
-        line, self.buffer = self.buffer.split(b"\n", 1)
+        line = bytes(self.buffer[:newline])
+        del self.buffer[:newline + 1]
         return json.loads(line)
 
     def notebook_processes(self):
@@ -182,11 +226,19 @@ class Zygote:
         for pid in processes:
             _signal(pid, signal.SIGKILL)
 
-    def run(self, sources, cell_timeout, memory_limit):
-        """Run the sources in a fresh child; yield its messages ({"cell": i, ...}, then {"end": ...})."""
-        request = {"sources": sources, "cell_timeout": cell_timeout, "memory_limit": memory_limit}
+    def run(self, sources, cell_timeout, memory_limit, tests=()):
+        """Run the sources in a fresh child, the cells at the indices `tests` each in a throwaway fork; yield its
+        messages ({"cell": i, ...}, then {"end": ...})."""
         self.stopped = None
-        self.process.stdin.write((json.dumps(request) + "\n").encode())
+        self._send({"cell_timeout": cell_timeout, "memory_limit": memory_limit})
+        # the sources go to the notebook's relay, forked before they are sent, never to the zygote
+        started = self._read(timeout=60)
+        if started != {"started": True}:
+            self.process.kill()
+            yield {"end": "hung", "detail": f"the grading executor did not start the notebook ({started})"}
+            return
+        self.process.stdin.write(b"%d\n" % len(data := json.dumps({"sources": sources, "tests": sorted(tests)}).encode())
+                                 + data)
         self.process.stdin.flush()
         try:
             while True:
@@ -206,6 +258,10 @@ class Zygote:
         finally:  # whatever the notebook left running ends with it, before the next notebook starts
             for pid in self.notebook_processes():
                 _signal(pid, signal.SIGKILL)
+
+    def _send(self, message):
+        self.process.stdin.write((json.dumps(message) + "\n").encode())
+        self.process.stdin.flush()
 
     def close(self):
         if self.alive():
@@ -284,8 +340,10 @@ class ForkingExecute(NbGraderPreprocessor):
                            "seconds": 0.0, "sandboxed": None})
             return nb, resources
         end = {"end": "hung"}
+        tests = [i for i, cell in enumerate(code_cells) if cell.metadata.get("nbgrader", {}).get("grade")
+                 and not cell.metadata.get("nbgrader", {}).get("solution")]
         for message in zygote(self.sandbox, self.log).run([c.source for c in code_cells], self.timeout,
-                                                          self.memory_limit):
+                                                          self.memory_limit, tests):
             if "end" in message:
                 end = message
                 break
@@ -307,6 +365,8 @@ class ForkingExecute(NbGraderPreprocessor):
                 text = output.get("evalue", "") + output.get("text", "")
                 if output.get("ename") == "CellTimeoutError":
                     flags.add("timed out")
+                if output.get("ename") == "DeadKernelError":
+                    flags.add("crashed")
                 if output.get("ename") == "MemoryError" or "DefaultCPUAllocator" in text:
                     flags.add("out of memory")
         EVENTS.append({"student": resources.get("nbgrader", {}).get("student"), "flags": sorted(flags),
@@ -318,9 +378,139 @@ class ForkingExecute(NbGraderPreprocessor):
 # ---------------------------------------------------------------------------------------------------------------
 # zygote side (inside the sandbox)
 # ---------------------------------------------------------------------------------------------------------------
+#
+#   zygote ── fork per notebook ──> relay: new user, mount, IPC and PID namespaces, a fresh /tmp and /dev/shm
+#                                     └─ init (pid 1 of the notebook's PID namespace: when it ends, every process does)
+#                                          └─ notebook: cells sent one at a time by the relay, no capabilities
+#                                               └─ per test cell, a throwaway fork in mount, IPC and network
+#                                                  namespaces of its own, /tmp and /dev/shm read-only: the test cell's
+#                                                  source reaches only it
+#
+# The zygote never reads a notebook's sources: the relay, forked before they are sent, holds them, and no process of
+# the notebook can reach it (another PID namespace, not dumpable). The relay enforces the output limits as it reads.
+
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x8000000, 0x10000000, 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+TMPFS_SIZE = 256 << 20  # bytes of files a notebook may keep in /tmp, and again in /dev/shm
+CELL_MESSAGE_LIMIT = 2 * OUTPUT_LIMIT + DISPLAY_LIMIT + (1 << 20)  # bytes of one cell's message the relay reads
+NOTEBOOK_MESSAGE_LIMIT = NOTEBOOK_DISPLAY_LIMIT + 16 * OUTPUT_LIMIT  # ... and of a whole notebook's messages
+
 
 class _CellTimeout(BaseException):
     """Raised in a cell that runs past its time; BaseException so that `except Exception` cannot swallow it."""
+
+
+def _libc():
+    import ctypes
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result, what):
+    if result != 0:
+        import ctypes
+        number = ctypes.get_errno()
+        raise OSError(number, f"{what}: {os.strerror(number)}")
+
+
+def _new_namespaces(flags):
+    """Enter new namespaces (a new user namespace first, so no privilege is needed), keeping this uid and gid."""
+    uid, gid, libc = os.getuid(), os.getgid(), _libc()
+    _check(libc.unshare(CLONE_NEWUSER | flags), "unshare")
+    # /proc/self of a process that is not dumpable belongs to root: dumpable for as long as it takes to write the maps
+    # (no process of the notebook exists yet)
+    libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
+    try:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as file:
+                file.write(text)
+    finally:
+        libc.prctl(4, 0, 0, 0, 0)
+    _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
+
+
+def _fresh_tmpfs(path):
+    _check(_libc().mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
+                         f"size={TMPFS_SIZE},mode=1777".encode()), f"mount tmpfs on {path}")
+
+
+def _read_only(path):
+    libc = _libc()
+    _check(libc.mount(path.encode(), path.encode(), None, MS_BIND, None), f"bind {path}")
+    _check(libc.mount(None, path.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None),
+           f"remount {path} read-only")
+
+
+def _drop_capabilities():
+    """No capability left, none to gain: what unshare gave this process in its namespaces is given back."""
+    import ctypes
+    libc = _libc()
+    for capability in range(64):
+        if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP, until past the last capability
+            break
+    libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    _check(libc.capset(header, (ctypes.c_uint32 * 6)()), "capset")
+    _check(libc.prctl(38, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
+
+
+def _close_descriptors(keep):
+    for name in os.listdir("/proc/self/fd"):
+        if int(name) > 2 and int(name) not in keep:
+            try:
+                os.close(int(name))
+            except OSError:
+                pass
+
+
+def _unmap_shared_memory():
+    """Memory this process shares with the notebook (mmap MAP_SHARED made by an earlier cell) is unmapped."""
+    import ctypes
+    libc = _libc()
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    with open("/proc/self/maps") as maps:
+        shared = [line.split()[0] for line in maps if line.split()[1][3] == "s"]
+    for span in shared:
+        start, end = (int(x, 16) for x in span.split("-"))
+        libc.munmap(start, end - start)
+
+
+def _write_line(fd, message):
+    _write_all(fd, json.dumps(message, default=str).encode() + b"\n")
+
+
+def _read_header(fd):
+    """One line, read a byte at a time so that nothing after it is read ahead into this process."""
+    line = b""
+    while not line.endswith(b"\n"):
+        byte = os.read(fd, 1)
+        if not byte:
+            return None
+        line += byte
+    return json.loads(line)
+
+
+def _send_framed(fd, message):
+    """A message as its length, a newline and its bytes: the reader takes exactly that much, nothing of the next."""
+    data = json.dumps(message).encode()
+    _write_all(fd, b"%d\n" % len(data) + data)
+
+
+def _read_framed(fd):
+    size = _read_header(fd)
+    if size is None:
+        return None
+    data = bytearray()
+    while len(data) < size:
+        chunk = os.read(fd, min(size - len(data), 1 << 20))
+        if not chunk:
+            return None
+        data += chunk
+    return json.loads(data)
+
+
+def _write_all(fd, data):
+    while data:
+        data = data[os.write(fd, data):]
 
 
 def _serve():
@@ -343,7 +533,7 @@ def _serve():
     import attention_course.probe  # noqa: F401
     import ctypes
     # Not dumpable, and so are the children forked from it: a notebook cannot open /proc/<pid>/mem or the
-    # descriptors under /proc/<pid>/fd of the zygote or of another notebook.
+    # descriptors under /proc/<pid>/fd of the zygote, its relay or another notebook.
     ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
 
     from traitlets.config import Config
@@ -352,32 +542,37 @@ def _serve():
     config.InteractiveShell.colors = "NoColor"
     shell = InteractiveShell.instance(config=config)
     torch.ones(2, 2) @ torch.ones(2, 2)  # warm up the kernels once, not in every child
-    out = sys.stdout.buffer
     sys.stdout = open(os.devnull, "w")  # nothing but messages goes to the worker
-    out.write(b'{"ready": true}\n')
-    out.flush()
-    kept = set(os.listdir(tempfile.gettempdir()))
-    for line in sys.stdin.buffer:
-        request = json.loads(line)
-        _reap()  # processes of the last notebook, stopped by the grader, that were left to this namespace's init
-        # Every notebook starts with the /tmp the zygote started with: nothing an earlier notebook left there (all of
-        # whose processes the grader has stopped by now) can be found or imported by this one.
-        for name in set(os.listdir(tempfile.gettempdir())) - kept if os.environ.get("COURSE_SANDBOXED") else ():
-            path = os.path.join(tempfile.gettempdir(), name)
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                os.remove(path)
-        read_end, write_end = os.pipe()
+    _write_line(1, {"ready": True})
+    kit = (resource, plt, shell, DisplayHook, DisplayPublisher)
+    while True:
+        request = _read_header(0)
+        if request is None:  # the grader is done: no clean-up worth the seconds a full interpreter shutdown takes
+            os._exit(0)
+        _reap()
+        end_read, end_write = os.pipe()
         pid = os.fork()
         if pid == 0:
-            os.close(read_end)
+            os.close(end_read)
             try:
-                _child(request, os.fdopen(write_end, "wb"), resource, plt, shell, DisplayHook, DisplayPublisher)
+                _relay(request, end_write, kit)
+            except BaseException as error:
+                os.write(end_write, json.dumps({"end": "died", "detail": "the grading executor could not run the "
+                                                f"notebook ({type(error).__name__}: {error})"}).encode())
             finally:
                 os._exit(0)
-        os.close(write_end)
-        _relay(pid, os.fdopen(read_end, "rb"), out, request["cell_timeout"], len(request["sources"]))
+        os.close(end_write)
+        _, status = os.waitpid(pid, 0)
+        with os.fdopen(end_read, "rb") as said:
+            end = said.read(1 << 16)
+        _write_line(1, json.loads(end) if end else
+                    {"end": "died", "detail": f"the grading executor's relay ended ({_status_text(status)})"})
+
+
+def _status_text(status):
+    if os.WIFSIGNALED(status):
+        return f"killed by signal {os.WTERMSIG(status)}"
+    return f"exited with code {os.WEXITSTATUS(status)}"
 
 
 def _reap():
@@ -389,68 +584,247 @@ def _reap():
             return
 
 
-def _kill(pid):
+def _relay(request, end_channel, kit):
+    """One notebook: its namespaces, its processes, and the messages between them and the grader."""
+    sandboxed = bool(os.environ.get("COURSE_SANDBOXED"))
+    if sandboxed:
+        _new_namespaces(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID)  # the sandbox has no network to share
+        _fresh_tmpfs("/tmp")
+        _fresh_tmpfs("/dev/shm")
+        os.chdir("/tmp")
+    else:
+        os.chdir(tempfile.mkdtemp(prefix="notebook-"))
+    from_relay, to_notebook = os.pipe()
+    from_notebook, to_relay = os.pipe()
+    init = os.fork()  # pid 1 of the notebook's PID namespace
+    if init == 0:
+        for fd in (0, 1, end_channel, to_notebook, from_notebook):
+            os.close(fd)
+        _init(request, from_relay, to_relay, sandboxed, kit)
+    os.close(from_relay)
+    os.close(to_relay)
+    _write_line(1, {"started": True})
+    sources = _read_framed(0)
+    relay = Relay(init, to_notebook, from_notebook, request["cell_timeout"], sandboxed)
     try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+        end = relay.run(sources["sources"], set(sources["tests"]))
+    except Exception as error:  # the grader is told, whatever happened here
+        end = {"end": "died", "detail": f"the grading executor's relay failed ({type(error).__name__}: {error})" + __import__("traceback").format_exc()}
+    relay.stop()
+    os.write(end_channel, json.dumps(end).encode())
 
 
-def _parse(line, cells):
-    """A child's message, checked: {"cell": i, "outputs": [...]} or {"end": "ok"}; None when malformed."""
-    try:
-        message = json.loads(line)
-    except ValueError:
-        return None
-    if message == {"end": "ok"}:
+def _init(request, from_relay, to_relay, sandboxed, kit):
+    """pid 1 of the notebook: reaps what is left to it and ends when the notebook's process ends (which, in a PID
+    namespace, ends every process of the notebook)."""
+    if not sandboxed:
+        os.setpgid(0, 0)
+    notebook = os.fork()
+    if notebook == 0:
+        try:
+            _notebook(request, from_relay, to_relay, sandboxed, kit)
+        finally:
+            os._exit(0)
+    os.close(from_relay)
+    os.close(to_relay)
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(0)
+        if pid == notebook:
+            os._exit(128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
+
+
+class Relay:
+    """The grader's side of one notebook, inside the sandbox but out of the notebook's reach: sends each cell's source
+    when the cell runs, reads the notebook's messages within the output limits (the oversized part of a message is
+    skipped as it streams), and forwards the well-formed ones to the grader."""
+
+    def __init__(self, init, to_notebook, from_notebook, cell_timeout, sandboxed):
+        self.init, self.to_notebook, self.from_notebook = init, to_notebook, from_notebook
+        self.cell_timeout, self.sandboxed = cell_timeout, sandboxed
+        self.pending, self.total = bytearray(), 0  # bytes read and not yet a message; bytes of messages kept
+
+    def message(self):
+        """The notebook's next message, "oversized" for one longer than CELL_MESSAGE_LIMIT (its bytes are read and
+        dropped), None at its end."""
+        skipped = searched = 0  # searched: bytes of `pending` known to hold no newline, so reading stays linear
+        while True:
+            newline = self.pending.find(b"\n", searched)
+            searched = len(self.pending)
+            if newline >= 0:
+                line = bytes(self.pending[:newline])
+                del self.pending[:newline + 1]
+                if skipped:
+                    return "oversized"
+                self.total += len(line)
+                if self.total > NOTEBOOK_MESSAGE_LIMIT:
+                    return "flood"
+                try:
+                    return json.loads(line)
+                except ValueError:
+                    return "malformed"
+            if len(self.pending) > CELL_MESSAGE_LIMIT:
+                skipped += len(self.pending)
+                self.pending.clear()
+                if skipped > 64 * CELL_MESSAGE_LIMIT:
+                    return "flood"
+            ready, _, _ = select.select([self.from_notebook], [], [], self.cell_timeout + 10)
+            if not ready:
+                return "silent"
+            chunk = os.read(self.from_notebook, 1 << 20)
+            if not chunk:
+                return None
+            self.pending += chunk
+
+    def expect(self, kinds, index):
+        """The next message, checked to be one of `kinds` for cell `index`; otherwise the end of the notebook."""
+        message = self.message()
+        if message == "oversized" and "cell" in kinds:
+            return {"cell": index, "outputs": [{
+                "output_type": "error", "ename": "OutputLimitError", "traceback": [],
+                "evalue": f"the outputs of this cell passed the grader's limit of {CELL_MESSAGE_LIMIT >> 20} MB and "
+                          "were dropped: print or display less"}]}
+        if message is None:
+            raise Ended(None)
+        if message == "silent":
+            raise Ended({"end": "killed", "detail": f"a cell ran for more than {self.cell_timeout} s and could not "
+                                                    "be interrupted, so the notebook's process was stopped"})
+        if message == "flood":
+            raise Ended({"end": "stopped", "detail": f"the notebook's outputs passed the grader's limit of "
+                                                     f"{NOTEBOOK_MESSAGE_LIMIT >> 20} MB, so it was stopped"})
+        kind = next((k for k in kinds if isinstance(message, dict) and _well_formed(message, k, index)), None)
+        if kind is None:
+            raise Ended({"end": "died", "detail": "the notebook's process sent a malformed message to the grader"})
         return message
-    if (not isinstance(message, dict) or set(message) != {"cell", "outputs"} or type(message["cell"]) is not int
-            or not 0 <= message["cell"] < cells or not isinstance(message["outputs"], list)
-            or not all(isinstance(o, dict) and o.get("output_type") in ("stream", "display_data", "execute_result",
-                                                                         "error") for o in message["outputs"])):
-        return None
-    return message
 
+    def run(self, sources, tests):
+        try:
+            for index, source in enumerate(sources):
+                if index in tests:
+                    self.test_cell(index, source)
+                else:
+                    _send_framed(self.to_notebook, {"run": index, "source": source})
+                    _write_line(1, self.expect(["cell"], index))
+            _send_framed(self.to_notebook, {"end": True})
+            return {"end": "ok"}
+        except Ended as ended:
+            return ended.end or {"end": "died", "detail": self.exit_detail()}
+        except BrokenPipeError:
+            return {"end": "died", "detail": self.exit_detail()}
 
-def _relay(pid, messages, out, cell_timeout, len_sources):
-    """Forward the child's messages; kill it if a cell overruns its timeout by far (a loop that catches everything)
-    or if it sends anything but well-formed messages."""
-    end, buffer = None, b""
-    while end is None:
-        ready, _, _ = select.select([messages], [], [], cell_timeout + 10)
-        if not ready:
-            _kill(pid)
-            end = {"end": "killed", "detail": f"a cell ran for more than {cell_timeout} s and could not be "
-                                              "interrupted, so the notebook's process was stopped"}
-            break
-        chunk = os.read(messages.fileno(), 1 << 20)
-        if not chunk:
-            break
-        buffer += chunk
-        *lines, buffer = buffer.split(b"\n")
-        for line in lines:
-            message = _parse(line, len_sources)
-            if message is None:
-                _kill(pid)
-                end = {"end": "died", "detail": "the notebook's process sent a malformed message to the grader"}
-                break
-            if "end" in message:
-                end = message
-            else:
-                out.write(json.dumps(message).encode() + b"\n")
-        if end is not None:
-            break
-    messages.close()
-    _, status = os.waitpid(pid, 0)
-    _kill(pid)  # what the notebook left running in its process group ends with it, before the next notebook
-    if end is None:
-        if os.WIFSIGNALED(status):
-            detail = f"the notebook's process was killed by signal {os.WTERMSIG(status)}"
+    def test_cell(self, index, source):
+        """A test cell runs in a throwaway fork of the notebook; its source goes to that fork alone, and only while
+        nothing else of the notebook runs (no other process or thread could read it on the way)."""
+        _send_framed(self.to_notebook, {"fork": index})
+        message = self.expect(["ready", "forked"], index)
+        if "forked" in message:
+            return _write_line(1, _cell_error(index, "DeadKernelError", "the process of this test cell ended before "
+                                              f"the cell ran ({message['forked']})"))
+        crowd = self.others_running()
+        _send_framed(self.to_notebook, {"run": index, "source": source} if not crowd else {"refused": index})
+        if crowd:
+            _write_line(1, _cell_error(index, "TestCellRefused", "the hidden checks of a test cell run only while "
+                                       f"nothing else of the notebook runs, and {crowd}: stop background threads "
+                                       "and processes (or wait for them) before the tests"))
         else:
-            detail = f"the notebook's process exited with code {os.WEXITSTATUS(status)} (os._exit or sys.exit?)"
-        end = {"end": "died", "detail": detail}
-    out.write((json.dumps(end) + "\n").encode())
-    out.flush()
+            result = self.expect(["cell", "forked"], index)
+            if "forked" in result:
+                return _write_line(1, _cell_error(index, "DeadKernelError", "the process of this test cell ended "
+                                                  f"while the cell ran ({result['forked']}): os._exit or a crash?"))
+            _write_line(1, result)
+        self.expect(["forked"], index)
+
+    def others_running(self):
+        """What runs in the notebook besides its init, the notebook's process and the test cell's fork: "" when
+        nothing does. Zombies do not count."""
+        if not self.sandboxed:
+            return ""
+        tree = _process_tree()
+        chain, pid = [self.init], self.init
+        for _ in range(2):  # init > notebook > the test cell's fork, each the only child of the one before
+            children = [c for c in tree.get(pid, ()) if _state(c) != "Z"]
+            if len(children) != 1:
+                return f"{len(children)} processes were found where one was expected"
+            pid = children[0]
+            chain.append(pid)
+        if tree.get(pid):
+            return "the test cell's process has children"
+        threads = {p: _threads(p) for p in chain[:2]}
+        if any(count != 1 for count in threads.values()):
+            return f"the notebook's process runs {threads[chain[1]]} threads"
+        return ""
+
+    def exit_detail(self):
+        try:
+            _, status = os.waitpid(self.init, 0)
+        except ChildProcessError:
+            return "the notebook's process ended"
+        code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+        if code > 128:
+            return f"the notebook's process was killed by signal {code - 128}"
+        return f"the notebook's process exited with code {code} (os._exit or sys.exit?)"
+
+    def stop(self):
+        """Every process of the notebook ends with it, before the next notebook starts."""
+        _signal(self.init, signal.SIGKILL)  # pid 1 of the notebook's PID namespace: the kernel ends the rest
+        if not self.sandboxed:
+            try:
+                os.killpg(self.init, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            os.waitpid(self.init, 0)
+        except ChildProcessError:
+            pass
+
+
+class Ended(Exception):
+    def __init__(self, end):
+        self.end = end
+
+
+def _well_formed(message, kind, index):
+    if kind == "cell":
+        return (set(message) == {"cell", "outputs"} and message["cell"] == index
+                and type(message["cell"]) is int and isinstance(message["outputs"], list)
+                and all(isinstance(o, dict) and o.get("output_type") in ("stream", "display_data", "execute_result",
+                                                                         "error") for o in message["outputs"]))
+    return set(message) == {kind} and (kind == "forked" and isinstance(message[kind], str) or message[kind] == index)
+
+
+def _cell_error(index, ename, evalue):
+    return {"cell": index, "outputs": [{"output_type": "error", "ename": ename, "evalue": evalue,
+                                        "traceback": [f"{ename}: {evalue}"]}]}
+
+
+def _process_tree():
+    children = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as stat:
+                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(parent, []).append(int(name))
+    return children
+
+
+def _state(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "Z"
+
+
+def _threads(pid):
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return 0
 
 
 def _virtual_memory():
@@ -461,17 +835,75 @@ def _virtual_memory():
     return 0
 
 
-def _child(request, channel, resource, plt, shell, DisplayHook, DisplayPublisher):
-    import tempfile
-    os.setpgid(0, 0)
-    # The inherited descriptors 0-2 are the zygote's pipes to the grader: a notebook that wrote to them could forge
-    # the messages of its own and of later notebooks. It talks only through `channel`.
+def _notebook(request, from_relay, to_relay, sandboxed, kit):
+    """The notebook's own process: runs the cells the relay sends, one at a time, as the student."""
+    import gc
+    import posix
+    resource, plt, shell, DisplayHook, DisplayPublisher = kit
+    if sandboxed:
+        _drop_capabilities()
+    # The inherited descriptors 0-2 are the zygote's pipes to the grader: the notebook talks only to its relay.
     null = os.open(os.devnull, os.O_RDWR)
     for descriptor in (0, 1, 2):
         os.dup2(null, descriptor)
-    os.chdir(tempfile.mkdtemp(prefix="notebook-"))
+    os.close(null)
     limit = _virtual_memory() + request["memory_limit"]
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    run_cell = _cell_runner(request["cell_timeout"], plt, shell, DisplayHook, DisplayPublisher)
+    fork, waitpid, sigmask = posix.fork, posix.waitpid, signal.pthread_sigmask  # as they are now, whatever a cell does
+
+    def read():
+        return _read_framed(from_relay) or os._exit(0)
+
+    while True:
+        message = read()
+        if "end" in message:
+            return
+        if "run" in message:
+            _write_line(to_relay, {"cell": message["run"], "outputs": run_cell(message["source"])})
+            continue
+        index = message["fork"]
+        gc.disable()
+        sys.settrace(None)
+        sys.setprofile(None)
+        sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        child = fork()
+        if child == 0:
+            try:
+                _test_cell(index, read, to_relay, from_relay, sandboxed, run_cell)
+            finally:
+                os._exit(0)
+        _, status = waitpid(child, 0)
+        while pending := signal.sigpending():  # what the test cell's process signalled is not delivered
+            signal.sigtimedwait(pending, 0)
+        sigmask(signal.SIG_UNBLOCK, signal.valid_signals())
+        gc.enable()
+        _write_line(to_relay, {"forked": _status_text(status)})
+
+
+def _test_cell(index, read, to_relay, from_relay, sandboxed, run_cell):
+    """A test cell's throwaway process: namespaces of its own (no IPC object or socket of the notebook's), /tmp and
+    /dev/shm read-only, no descriptor or shared memory of the notebook, so nothing of its hidden checks outlives it.
+    The signals it sends the notebook's process are dropped before that process runs again."""
+    if sandboxed:
+        _new_namespaces(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET)
+        _read_only("/tmp")
+        _read_only("/dev/shm")
+        os.chdir("/tmp")
+        _drop_capabilities()
+    _close_descriptors(keep={from_relay, to_relay})
+    _unmap_shared_memory()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, signal.valid_signals())
+    _write_line(to_relay, {"ready": index})
+    message = read()
+    if "run" in message:
+        _write_line(to_relay, {"cell": index, "outputs": run_cell(message["source"])})
+    os._exit(0)
+
+
+def _cell_runner(cell_timeout, plt, shell, DisplayHook, DisplayPublisher):
+    """A function that runs one cell's source in the shell and returns its outputs, within the limits (the friendly
+    ones, which say what was cut; the relay holds the notebook to the hard ones)."""
     outputs = []
 
     class Stream(io.TextIOBase):
@@ -537,16 +969,17 @@ def _child(request, channel, resource, plt, shell, DisplayHook, DisplayPublisher
                         "evalue": str(evalue), "traceback": [line[:10_000] for line in stb][-50:]})
 
     shell._showtraceback = show_traceback
-    sys.stdout, sys.stderr = Stream("stdout"), Stream("stderr")
+    stdout, stderr = Stream("stdout"), Stream("stderr")
 
     def on_alarm(signum, frame):
         raise _CellTimeout()
 
-    signal.signal(signal.SIGALRM, on_alarm)
-    for index, source in enumerate(request["sources"]):
+    def run_cell(source):
         outputs.clear()
-        sys.stdout.size = sys.stderr.size = shown["cell"] = 0
-        signal.alarm(request["cell_timeout"])
+        sys.stdout, sys.stderr = stdout, stderr
+        stdout.size = stderr.size = shown["cell"] = 0
+        signal.signal(signal.SIGALRM, on_alarm)
+        signal.alarm(cell_timeout)
         try:
             result = shell.run_cell(source, store_history=True)
         except _CellTimeout:
@@ -564,17 +997,16 @@ def _child(request, channel, resource, plt, shell, DisplayHook, DisplayPublisher
         error = None if result is None else (result.error_before_exec or result.error_in_exec)
         if result is None or isinstance(error, _CellTimeout):
             outputs[:] = [o for o in outputs if o.get("ename") != "_CellTimeout"]
-            message = (f"the cell ran for more than {request['cell_timeout']} s and was stopped: look for a loop "
+            message = (f"the cell ran for more than {cell_timeout} s and was stopped: look for a loop "
                        "that never ends in the code it runs")
             outputs.append({"output_type": "error", "ename": "CellTimeoutError", "evalue": message,
                             "traceback": [f"CellTimeoutError: {message}"]})
         elif error is not None and not any(o["output_type"] == "error" for o in outputs):
             outputs.append({"output_type": "error", "ename": type(error).__name__, "evalue": str(error),
                             "traceback": [f"{type(error).__name__}: {error}"]})
-        channel.write((json.dumps({"cell": index, "outputs": outputs}, default=str) + "\n").encode())
-        channel.flush()
-    channel.write(b'{"end": "ok"}\n')
-    channel.flush()
+        return list(outputs)
+
+    return run_cell
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["serve"]:
