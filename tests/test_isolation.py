@@ -198,8 +198,10 @@ def test_nothing_a_notebook_writes_or_chmods_reaches_the_next_notebook():
 
 
 def test_a_hop_chain_ends_with_its_notebook():
-    """Before: the chain outlived the notebook (each process forks its successor in a new session and exits, so a
-    single look at /proc misses it) and killed the next notebook's process."""
+    """The red team's chains (each process forks its successor in a new session and exits) outlived the notebook on
+    the executor before, with two workers; the chains tried here on one executor were already caught there (the
+    watcher's count of processes, zombies included, or its look at /proc at the end). The notebook's PID namespace
+    ends any chain by construction: this test keeps that so."""
     require("bwrap", "the per-notebook sandbox")
     run(ATTACKS["leaves_a_hop_chain"])
     outputs, event = run("import time\ntime.sleep(3)\nprint('alive')", "print('still alive')")
