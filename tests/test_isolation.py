@@ -13,9 +13,10 @@ import subprocess
 import sys
 
 import pytest
-from nbformat.v4 import new_code_cell
+from nbformat.v4 import new_code_cell, new_notebook
 
 import harness
+from attention_grader import forking
 from conftest import ROOT, require
 from test_executor import run, text
 
@@ -305,3 +306,41 @@ def test_hidden_checks_are_not_found_in_memory(workers, tmp_path):
     alone = harness.cell_scores(course_dir, KV, "c_same_mistake_alone")
     assert harness.cell_scores(course_dir, KV, "a_attacker") == alone
     assert harness.cell_scores(course_dir, KV, "b_classmate") == harness.autograded_cells(KV)
+
+
+def test_a_test_cell_leaves_nothing_for_later_cells():
+    """Whatever a test cell's code does, a later cell finds nothing of it: a file, a signal, a connection to a socket
+    the notebook listens on, memory it shares. Before (test cells ran in the notebook's process) all four arrived."""
+    require("bwrap", "the test cell's sandbox")
+    setup = ("import mmap, os, signal, socket\n"
+             "got = []\n"
+             "signal.signal(signal.SIGUSR1, lambda *args: got.append('signal'))\n"
+             "listener = socket.socket(socket.AF_UNIX)\n"
+             "listener.bind('\\0course-channel')\n"
+             "listener.listen(8)\n"
+             "listener.setblocking(False)\n"
+             "shared = mmap.mmap(-1, 4096)\n"
+             "notebook = os.getpid()\n")
+    leaks = ("secret = b'HIDDEN-PLAN'\n"
+             "def attempt(what, act):\n"
+             "    try:\n"
+             "        act()\n"
+             "        print(what, 'done')\n"
+             "    except OSError as error:\n"
+             "        print(what, 'refused')\n"
+             "attempt('file', lambda: open('/tmp/left', 'wb').write(secret))\n"
+             "attempt('signal', lambda: os.kill(notebook, signal.SIGUSR1))\n"
+             "attempt('socket', lambda: socket.socket(socket.AF_UNIX).connect('\\0course-channel'))\n"
+             "shared[:11] = secret\n")
+    later = ("try:\n"
+             "    listener.accept()\n"
+             "    connected = True\n"
+             "except BlockingIOError:\n"
+             "    connected = False\n"
+             "print(got, os.path.exists('/tmp/left'), connected, shared[:11] == b'HIDDEN-PLAN')\n")
+    cells = [new_code_cell(setup), new_code_cell(leaks, metadata={"nbgrader": {"grade": True, "solution": False,
+                                                                               "grade_id": "t", "points": 1}}),
+             new_code_cell(later)]
+    nb = new_notebook(cells=cells)
+    forking.ForkingExecute(timeout=10, memory_limit=1 << 30).preprocess(nb, {})
+    assert text(nb.cells[2].outputs) == "[] False False False\n", [c.outputs for c in nb.cells]

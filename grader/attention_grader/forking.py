@@ -379,18 +379,18 @@ class ForkingExecute(NbGraderPreprocessor):
 # zygote side (inside the sandbox)
 # ---------------------------------------------------------------------------------------------------------------
 #
-#   zygote ── fork per notebook ──> relay: new user, mount, IPC and PID namespaces, a fresh /tmp and /dev/shm
+#   zygote ── fork per notebook ──> relay: new user, mount, IPC, network and PID namespaces, a fresh /tmp and /dev/shm
 #                                     └─ init (pid 1 of the notebook's PID namespace: when it ends, every process does)
 #                                          └─ notebook: cells sent one at a time by the relay, no capabilities
-#                                               └─ per test cell, a throwaway fork in mount, IPC and network
-#                                                  namespaces of its own, /tmp and /dev/shm read-only: the test cell's
-#                                                  source reaches only it
+#                                               └─ per test cell, a throwaway fork in mount and IPC namespaces of
+#                                                  its own with an empty /tmp and /dev/shm, scoped by Landlock: the
+#                                                  test cell's source reaches only it
 #
 # The zygote never reads a notebook's sources: the relay, forked before they are sent, holds them, and no process of
 # the notebook can reach it (another PID namespace, not dumpable). The relay enforces the output limits as it reads.
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x8000000, 0x10000000, 0x20000000, 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 16384, 1 << 18
 TMPFS_SIZE = 256 << 20  # bytes of files a notebook may keep in /tmp, and again in /dev/shm
 CELL_MESSAGE_LIMIT = 2 * OUTPUT_LIMIT + DISPLAY_LIMIT + (1 << 20)  # bytes of one cell's message the relay reads
 NOTEBOOK_MESSAGE_LIMIT = NOTEBOOK_DISPLAY_LIMIT + 16 * OUTPUT_LIMIT  # ... and of a whole notebook's messages
@@ -431,13 +431,6 @@ def _new_namespaces(flags):
 def _fresh_tmpfs(path):
     _check(_libc().mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
                          f"size={TMPFS_SIZE},mode=1777".encode()), f"mount tmpfs on {path}")
-
-
-def _read_only(path):
-    libc = _libc()
-    _check(libc.mount(path.encode(), path.encode(), None, MS_BIND, None), f"bind {path}")
-    _check(libc.mount(None, path.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None),
-           f"remount {path} read-only")
 
 
 def _drop_capabilities():
@@ -588,7 +581,8 @@ def _relay(request, end_channel, kit):
     """One notebook: its namespaces, its processes, and the messages between them and the grader."""
     sandboxed = bool(os.environ.get("COURSE_SANDBOXED"))
     if sandboxed:
-        _new_namespaces(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID)  # the sandbox has no network to share
+        # a network namespace of its own has no interface up: no loopback to leave a listening socket on
+        _new_namespaces(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWPID)
         _fresh_tmpfs("/tmp")
         _fresh_tmpfs("/dev/shm")
         os.chdir("/tmp")
@@ -882,15 +876,19 @@ def _notebook(request, from_relay, to_relay, sandboxed, kit):
 
 
 def _test_cell(index, read, to_relay, from_relay, sandboxed, run_cell):
-    """A test cell's throwaway process: namespaces of its own (no IPC object or socket of the notebook's), /tmp and
-    /dev/shm read-only, no descriptor or shared memory of the notebook, so nothing of its hidden checks outlives it.
-    The signals it sends the notebook's process are dropped before that process runs again."""
+    """A test cell's throwaway process: mount and IPC namespaces of its own with an empty /tmp and /dev/shm (no file,
+    socket or IPC object of the notebook's), no descriptor or shared memory of the notebook's, and no way to signal
+    the notebook's process or reach its abstract sockets (Landlock scopes, or a network namespace of its own where the
+    kernel lacks them; the signals it sends are dropped anyway): nothing of its hidden checks outlives it."""
     if sandboxed:
-        _new_namespaces(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET)
-        _read_only("/tmp")
-        _read_only("/dev/shm")
+        scoped = _landlock_scopes_available()
+        _new_namespaces(CLONE_NEWNS | CLONE_NEWIPC | (0 if scoped else CLONE_NEWNET))
+        _fresh_tmpfs("/tmp")
+        _fresh_tmpfs("/dev/shm")
         os.chdir("/tmp")
         _drop_capabilities()
+        if scoped:
+            _landlock_scope()
     _close_descriptors(keep={from_relay, to_relay})
     _unmap_shared_memory()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, signal.valid_signals())
@@ -899,6 +897,34 @@ def _test_cell(index, read, to_relay, from_relay, sandboxed, run_cell):
     if "run" in message:
         _write_line(to_relay, {"cell": index, "outputs": run_cell(message["source"])})
     os._exit(0)
+
+
+LANDLOCK_CREATE_RULESET, LANDLOCK_RESTRICT_SELF = 444, 446  # x86_64 and aarch64 share these syscall numbers
+LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET, LANDLOCK_SCOPE_SIGNAL = 1, 2  # Landlock ABI 6 (Linux 6.12)
+
+
+def _landlock_scopes_available():
+    return _libc().syscall(LANDLOCK_CREATE_RULESET, None, 0, 1) >= 6  # 1: LANDLOCK_CREATE_RULESET_VERSION
+
+
+def _landlock_scope():
+    """This process and its children can no longer signal, or connect to the abstract sockets of, any process
+    outside them."""
+    import ctypes
+
+    class RulesetAttr(ctypes.Structure):
+        _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                    ("scoped", ctypes.c_uint64)]
+
+    libc = _libc()
+    attr = RulesetAttr(0, 0, LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | LANDLOCK_SCOPE_SIGNAL)
+    ruleset = libc.syscall(LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.sizeof(attr), 0)
+    if ruleset < 0:
+        _check(ruleset, "landlock_create_ruleset")
+    try:
+        _check(libc.syscall(LANDLOCK_RESTRICT_SELF, ruleset, 0), "landlock_restrict_self")
+    finally:
+        os.close(ruleset)
 
 
 def _cell_runner(cell_timeout, plt, shell, DisplayHook, DisplayPublisher):
