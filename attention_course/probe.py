@@ -8,12 +8,17 @@ reference on the same inputs and decides every check (the judges live on the ins
 A plan is a list of checks; a check is a list of operations on named registers:
 
     {"set": "x", "value": V}                          x = V
-    {"call": V, "args": [V, ...], "kwargs": {...}, "set": "y", "grad": False, "measure": False}
+    {"call": V, "args": [V, ...], "kwargs": {...}, "set": "y", "grad": False, "measure": False,
+     "trace": None, "inputs_of": None, "catch": False}
                                                       y = V(*args, **kwargs)  (under torch.no_grad unless grad;
-                                                      with measure, the memory it took is recorded)
+                                                      with measure, the memory it took is recorded; with trace: i,
+                                                      the aten operations it ran and the elements of args[i] each
+                                                      read; with inputs_of: {"label": V, ...}, the shapes of the
+                                                      inputs each of these modules saw during the call; with catch,
+                                                      an exception is recorded and the check goes on)
     {"seed": 123}                                     torch.manual_seed(123)
     {"load": V, "state": {"name": V, ...}}            V.load_state_dict(state, strict=False), recorded
-    {"record": V, "as": "value" | "parameters" | "buffers" | "state" | "grads" | "type"}
+    {"record": V, "as": "value" | "parameters" | "buffers" | "state" | "grads" | "type" | "function"}
 
 and a value V is JSON (numbers, strings, booleans, null) or one of {"tensor": ...}, {"ref": "x"}, {"global": "Name"},
 {"attr": [V, "name"]}, {"item": [V, i]}, {"list": [V, ...]}, {"tuple": [V, ...]}, {"generator": seed},
@@ -22,11 +27,14 @@ and a value V is JSON (numbers, strings, booleans, null) or one of {"tensor": ..
 import base64
 import math
 import operator
+import types
 
 import numpy
 import torch
 
-from attention_course.memory import PeakMemory
+import contextlib
+
+from attention_course.memory import OpTrace, PeakMemory
 
 RECORDS_MIME = "application/vnd.attention-course.records+json"
 BEGIN_MIME = "application/vnd.attention-course.begin+json"
@@ -100,6 +108,38 @@ def encode(value, depth=0):
     return {"object": type(value).__name__[:MAX_TEXT]}
 
 
+def _code_names(code):
+    names = set(code.co_names)
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            names |= _code_names(constant)
+    return names
+
+
+def _functions(root):
+    """The function a check calls and every callable it reaches by a global name, following the notebook's own
+    Python functions: for each, the global name, its own name, its module, and the file its code was compiled from
+    (a notebook cell, a library, or "<string>" for code made by exec). The grader judges where each comes from."""
+    found, todo, seen = [], [("", root)], set()
+    notebook = getattr(root, "__globals__", None)
+    while todo and len(found) < MAX_ITEMS:
+        name, value = todo.pop(0)
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        code = getattr(value, "__code__", None) if isinstance(value, types.FunctionType) else None
+        found.append({"name": name[:MAX_TEXT], "called": str(getattr(value, "__name__", type(value).__name__))[:100],
+                      "module": str(getattr(value, "__module__", "") or "")[:100],
+                      "file": code.co_filename[:200] if code else None})
+        if code is None or value.__globals__ is not notebook:  # a library's function: not followed
+            continue
+        for global_name in sorted(_code_names(code)):
+            target = value.__globals__.get(global_name)
+            if callable(target) and not isinstance(target, (type, types.ModuleType)):
+                todo.append((global_name, target))
+    return found
+
+
 def _raised(error):
     return {"raised": type(error).__name__[:MAX_TEXT], "message": str(error)[:MAX_TEXT]}
 
@@ -158,10 +198,46 @@ class Interpreter:
                                 list(value.named_buffers())[:MAX_ITEMS]]}
         if kind == "state":
             return {"state": {name: encode_tensor(t) for name, t in list(value.state_dict().items())[:MAX_ITEMS]}}
+        if kind == "function":
+            return {"function": _functions(value)}
         if kind == "grads":
             return {"grads": {name: None if p.grad is None else encode_tensor(p.grad)
                               for name, p in list(value.named_parameters())[:MAX_ITEMS]}}
         raise PlanError(f"unknown record kind {kind!r}")
+
+    def call(self, function, args, kwargs, op, registers, records):
+        """function(*args, **kwargs), with what `op` asks to observe while it runs recorded."""
+        watched = {label: self.value(v, registers) for label, v in (op.get("inputs_of") or {}).items()}
+        seen = {label: [] for label in watched}
+        handles = [module.register_forward_pre_hook(
+            lambda _, inputs, label=label: seen[label].append(
+                list(inputs[0].shape) if inputs and isinstance(inputs[0], torch.Tensor) else None))
+            for label, module in watched.items()]
+        trace = op.get("trace")
+        if trace is not None and not (isinstance(trace, int) and 0 <= trace < len(args)
+                                      and isinstance(args[trace], torch.Tensor)):
+            raise PlanError("trace names a tensor argument by its position")
+        with contextlib.ExitStack() as stack:
+            memory = stack.enter_context(PeakMemory()) if op.get("measure") else None
+            traced = stack.enter_context(OpTrace(args[trace])) if trace is not None else None
+            for handle in handles:
+                stack.callback(handle.remove)
+            try:
+                result = function(*args, **kwargs)
+                caught = None
+            except Exception as error:
+                if not op.get("catch"):
+                    raise
+                result, caught = None, _raised(error)
+        if memory is not None:
+            records.append({"memory": {"peak_bytes": memory.peak_bytes, "largest_numel": memory.largest_numel}})
+        if traced is not None:
+            records.append({"trace": {"ops": traced.ops, "reads": [list(r) for r in traced.reads][:4000]}})
+        if watched:
+            records.append({"inputs_of": {label: shapes[:MAX_ITEMS] for label, shapes in seen.items()}})
+        if op.get("catch"):
+            records.append({"caught": caught})
+        return result
 
     def run_check(self, operations):
         """The records of one check: one per `record` or `load`, then one `raised` if an operation failed."""
@@ -175,13 +251,7 @@ class Interpreter:
                     args = [self.value(a, registers) for a in op.get("args", [])]
                     kwargs = {k: self.value(v, registers) for k, v in op.get("kwargs", {}).items()}
                     with torch.enable_grad() if op.get("grad") else torch.no_grad():
-                        if op.get("measure"):
-                            with PeakMemory() as memory:
-                                result = function(*args, **kwargs)
-                            records.append({"memory": {"peak_bytes": memory.peak_bytes,
-                                                       "largest_numel": memory.largest_numel}})
-                        else:
-                            result = function(*args, **kwargs)
+                        result = self.call(function, args, kwargs, op, registers, records)
                     if self.float_dtype is not None and isinstance(result, torch.nn.Module):
                         result = result.to(self.float_dtype)
                     registers[op.get("set", "_")] = result

@@ -22,8 +22,7 @@ def reference(step):
 
 
 def answer_key_sources(step):
-    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in harness.source_notebook(step).cells
-            if c.metadata.get("nbgrader", {}).get("solution")}
+    return judging.editable_sources(harness.source_notebook(step))
 
 
 def records_of(namespace, checks):
@@ -101,7 +100,7 @@ def test_displayed_values_and_prints_during_hidden_checks_are_dropped(checks, go
 
 
 def test_a_displayed_value_never_awards_points_to_wrong_records(checks, good_records):
-    wrong = [[{"tensor": encode_tensor(torch.zeros(1))}] for _ in good_records]
+    wrong = [good if "function" in good[0] else [{"tensor": encode_tensor(torch.zeros(1))}] for good in good_records]
     shown = NotebookNode(output_type="execute_result", execution_count=1, metadata={}, data={"text/plain": "'full'"})
     outputs, _ = verdict(STEP, CELL, checks, outputs_with(CELL, wrong, before=[shown]))
     assert [o.output_type for o in outputs] == ["error"] and "wrong shape" in outputs[0].evalue
@@ -149,30 +148,102 @@ def test_an_error_after_the_hidden_checks_began_does_not_show_its_message(checks
 
 
 def test_an_exception_inside_a_check_says_which_check_and_what_was_raised(checks):
-    namespace = {**reference(STEP), "softmax_naive": lambda x, dim=-1: x.view(-1, 99)}
+    namespace = dict(reference(STEP))  # the student's function, written in a cell
+    exec(compile("def softmax_naive(x, dim=-1):\n    return x.view(-1, 99)\n", "<ipython-input-1-0>", "exec"), namespace)
     outputs, _ = verdict(STEP, CELL, checks, outputs_with(CELL, records_of(namespace, checks)))
     assert "softmax_naive(attn_scores[1])" in outputs[-1].evalue and "raised RuntimeError" in outputs[-1].evalue
 
 
+RULE, KERNEL_RULE = judging.allow_only("softmax_naive", "softmax_naive", "write it yourself")
+
+
 @pytest.mark.parametrize("code,uses", [
-    ("def softmax_naive(x, dim=-1):\n    return torch.softmax(x, dim)", True),
-    ("import torch.nn.functional as F\ndef softmax_naive(x, dim=-1):\n    return F.softmax(x, dim=dim)", True),
-    ("def softmax_naive(x, dim=-1):\n    return x.softmax(dim)", True),
-    ("from torch import softmax\ndef softmax_naive(x, dim=-1):\n    return softmax(x, dim)", True),
-    ("def softmax_naive(x, dim=-1):\n    e = x.exp()\n    return e / e.sum(dim, keepdim=True)", False),
-    ("def softmax_stable(x, dim=-1):\n    return softmax_naive(x - x.amax(dim, keepdim=True), dim)", False),
+    ("def softmax_naive(x, dim=-1):\n    return torch.softmax(x, dim)", "torch.softmax"),
+    ("import torch.nn.functional as F\ndef softmax_naive(x, dim=-1):\n    return F.softmax(x, dim=dim)", "F.softmax"),
+    ("def softmax_naive(x, dim=-1):\n    return x.softmax(dim)", "x.softmax"),
+    ("from torch import softmax\ndef softmax_naive(x, dim=-1):\n    return softmax(x, dim)", "torch.softmax"),
+    ("def softmax_naive(x, dim=-1):\n    e = x.exp()\n    return e / e.sum(dim, keepdim=True)", None),
+    ("def softmax_stable(x, dim=-1):\n    return softmax_naive(x - x.amax(dim, keepdim=True), dim)", None),
     # imported under another name: still torch's
     ("from torch.nn.functional import softmax as normalise\ndef softmax_naive(x, dim=-1):\n    return normalise(x, dim)",
-     True),
-    # the student's own names: a result called softmax, a helper of their own
-    ("def softmax_naive(x, dim=-1):\n    e = x.exp()\n    softmax = e / e.sum(dim, keepdim=True)\n    return softmax", False),
+     "softmax (imported as normalise)"),
+    # the student's own names: a result called softmax, a helper of their own, finfo, float64 inside, a loop
+    ("def softmax_naive(x, dim=-1):\n    e = x.exp()\n    softmax = e / e.sum(dim, keepdim=True)\n    return softmax", None),
     ("def softmax(x, dim):\n    e = x.exp()\n    return e / e.sum(dim, keepdim=True)\n"
-     "def softmax_naive(x, dim=-1):\n    return softmax(x, dim)", False),
+     "def softmax_naive(x, dim=-1):\n    return softmax(x, dim)", None),
+    ("LOW = torch.finfo(torch.float32).min\ndef softmax_naive(x, dim=-1):\n    e = (x.double() - LOW).exp()\n"
+     "    return (e / sum(e.unbind(dim))).to(x.dtype)", None),
+    # the routes of issue 25: other softmax-family functions and modules, dynamic access, private names
+    ("def softmax_naive(x, dim=-1):\n    return torch.nn.functional.softmin(-x, dim)", "softmin"),
+    ("def softmax_naive(x, dim=-1):\n    return getattr(torch, 'soft' + 'max')(x, dim)", "getattr"),
+    ("def softmax_naive(x, dim=-1):\n    return vars(torch)['softmax'](x, dim)", "vars"),
+    ("def softmax_naive(x, dim=-1):\n    return torch._softmax(x, dim, False)", "torch._softmax"),
+    ("def softmax_naive(x, dim=-1):\n    return torch.ops.aten._softmax(x, dim, False)", "torch.ops"),
+    ("def softmax_naive(x, dim=-1):\n    return torch.nn.LogSoftmax(dim)(x).exp()", "LogSoftmax"),
+    ("from torch.distributions import Categorical\ndef softmax_naive(x, dim=-1):\n    return Categorical(logits=x).probs",
+     "Categorical"),
+    ("def softmax_naive(x, dim=-1):\n    return eval('torch.softmax(x, dim)')", "eval"),
+    ("def softmax_naive(x, dim=-1):\n    return __import__('torch').softmax(x, dim)", "__import__"),
+    ("import importlib\ndef softmax_naive(x, dim=-1):\n    return importlib.import_module('torch').softmax(x, dim)",
+     "importlib"),
+    ("helper = torch.softmax\ndef softmax_naive(x, dim=-1):\n    return helper(x, dim)", "torch.softmax"),
+    ("softmax_naive = lambda x, dim=-1: torch.softmax(x, dim)", "torch.softmax"),
+    # IPython runs an indented cell, and magics: the rule reads the cell as IPython does
+    ("    def softmax_naive(x, dim=-1):\n        return torch.softmax(x, dim)", "torch.softmax"),
+    ("%config InlineBackend.figure_format = 'png'\ndef softmax_naive(x, dim=-1):\n    return torch.softmax(x, dim)",
+     "torch.softmax"),
+    ("%%time\ndef softmax_naive(x, dim=-1):\n    return torch.softmax(x, dim)", "torch.softmax"),
+    ("%run helper.py", "%run"),
+    # a library's function changed at the top level
+    ("torch.exp = torch.softmax\ndef softmax_naive(x, dim=-1):\n    e = torch.exp(x)\n    return e / e.sum(dim)",
+     "torch.exp"),
+    # a cell the grader cannot read
+    ("def softmax_naive(x, dim=-1:\n    return x", "does not parse"),
 ])
-def test_rules_about_how_are_judged_from_the_source(code, uses):
-    rule = judging.forbid_calls("softmax_naive", "softmax_naive", {"softmax", "Softmax"}, "write it yourself")
-    message = rule.source_rule({"softmax_naive": code})
-    assert (message is not None) == uses and (not uses or "write it yourself" in message)
+def test_rules_about_how_are_judged_from_the_cells_as_ipython_runs_them(code, uses):
+    message = RULE.source_rule({"softmax_naive": code})
+    hint = "plain Python" if uses == "does not parse" else "write it yourself"
+    assert (message is None) if uses is None else (uses in message and hint in message), message
+
+
+def test_rules_about_how_read_every_cell_the_student_can_edit():
+    honest = "def softmax_naive(x, dim=-1):\n    e = x.exp()\n    return e / e.sum(dim, keepdim=True)"
+    by_torch = "def softmax_naive(x, dim=-1):\n    return torch.softmax(x, dim)"
+    assert "cell 7" in RULE.source_rule({"softmax_naive": honest, "cell 7": by_torch})
+    assert "torch.softmax" in RULE.source_rule({"softmax_naive": honest, "softmax_naive (copy)": by_torch})
+    helper = "def exps(x):\n    return torch.softmax(x, -1)"
+    assert "torch.softmax" in RULE.source_rule({"softmax_naive": "def softmax_naive(x, dim=-1):\n    return exps(x)",
+                                                "cell 9": helper})
+    # a cell that does not parse and has nothing to do with the part: the kernel runs none of it either
+    assert RULE.source_rule({"softmax_naive": honest, "cell 9": "def oops(:\n"}) is None
+    nb = harness.variant_notebook("02_softmax", {})
+    nb.cells.append(__import__("nbformat").v4.new_code_cell(by_torch))
+    sources = judging.editable_sources(nb)
+    assert list(sources)[-1].startswith("cell ") and "setup" not in sources and "test_softmax_naive" not in sources
+
+
+def test_a_warning_printed_before_a_failure_comes_after_its_message(checks):
+    namespace = {**reference(STEP), "softmax_naive": lambda x, dim=-1: x}
+    warning = stream("UserWarning: The use of `x.T` on tensors of dimension other than 2 ...\n" * 20, "stderr")
+    outputs, _ = verdict(STEP, CELL, checks, outputs_with(CELL, records_of(namespace, checks), before=[warning]))
+    assert [o.output_type for o in outputs] == ["error", "stream"] and outputs[1].name == "stderr"
+
+
+def test_the_probe_traces_the_operations_of_a_call_and_what_they_read():
+    """Step 10's one-pass check: the answer key reads each block with a running maximum; a two-pass softmax reads
+    every block before any exponential, a whole-row softmax reads no block alone."""
+    step = "10_flash_attention"
+    namespace, bank = reference(step), harness.bank(step, integrity=False)
+    check = judging.judges_of(step).one_pass_check(torch.arange(12.0), 3)
+    for variant, words in ((None, None), ("route_softmax_two_pass", "two-pass"), ("route_softmax_idle_loop",
+                                                                                  "whole row"),
+                           ("split_float64_normalised_output", None), ("unfold_padding_helpers_triu", None)):
+        student = dict(namespace)
+        if variant:
+            exec(bank[variant]["cells"]["online_softmax"], student)
+        got = Interpreter(student).run_check(check.program.ops)
+        message = judging.judge_check(check, got, namespace, {})
+        assert (message is None) if words is None else words in message, (variant, message)
 
 
 def test_decoding_checks_every_field():
@@ -257,3 +328,18 @@ def test_a_stand_in_answers_for_an_earlier_part_only_in_its_cell():
     with pytest.raises(PlanError):
         probe.run(namespace, "cell", [[{"call": {"unknown": 1}}]])
     assert namespace[name] is top_left
+
+
+def test_the_kernel_shows_which_function_the_checks_call():
+    """The rule's half seen in the kernel: a name rebound to torch.softmax through globals(), a function made by
+    exec, or a helper rebound to a library softmax fail, though their cells' source may look honest."""
+    namespace = reference(STEP)
+    made_by_exec = {}
+    exec("def softmax_naive(x, dim=-1):\n    return x.exp() / x.exp().sum(dim, keepdim=True)\n", made_by_exec)
+    helped = {"exps": torch.softmax}
+    exec(compile("def softmax_naive(x, dim=-1):\n    return exps(x, dim)\n", "<ipython-input-2-0>", "exec"), helped)
+    for value, words in ((namespace["softmax_naive"], None), (torch.softmax, "torch.softmax"),
+                         (made_by_exec["softmax_naive"], "exec"), (helped["softmax_naive"], "exps")):
+        got = Interpreter({**namespace, "softmax_naive": value}).run_check(KERNEL_RULE.program.ops)
+        message = judging.judge_check(KERNEL_RULE, got, namespace, {})
+        assert (message is None) if words is None else words in message, (words, message)

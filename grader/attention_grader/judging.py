@@ -19,6 +19,7 @@ import importlib
 import json
 import math
 import os
+import re
 import secrets
 import time
 from contextlib import redirect_stderr, redirect_stdout
@@ -107,15 +108,23 @@ class Program:
     def tensor(self, value):
         return self._register({"value": as_data(value)})
 
-    def call(self, function, *args, grad=False, measure=False, **kwargs):
-        """function(*args, **kwargs); with measure=True the probe also records the memory the call took."""
+    def call(self, function, *args, grad=False, measure=False, trace=None, inputs_of=None, catch=False, **kwargs):
+        """function(*args, **kwargs). The probe also records, in this order: with measure=True the memory the call
+        took; with trace=i the aten operations it ran and the elements of args[i] each one read; with inputs_of=
+        {label: module} the shapes of the inputs each module saw; with catch=True what it raised (or None), and the
+        check goes on (the result is then None)."""
         op = {"call": as_data(function), "args": [as_data(a) for a in args],
               "kwargs": {k: as_data(v) for k, v in kwargs.items()}}
         if grad:
             op["grad"] = True
-        if measure:
-            op["measure"] = True
-            self.expects.append(Expect("its memory"))
+        for wanted, key, value, label in ((measure, "measure", True, "its memory"),
+                                          (trace is not None, "trace", trace, "the operations it ran"),
+                                          (inputs_of, "inputs_of", {k: as_data(v) for k, v in (inputs_of or {}).items()},
+                                           "the inputs its layers saw"),
+                                          (catch, "catch", True, "what it raised")):
+            if wanted:
+                op[key] = value
+                self.expects.append(Expect(label))
         return self._register(op)
 
     def seed(self, value):
@@ -353,43 +362,13 @@ def expect_value_error(what, program, argument):
 
 
 def names_used(sources, grade_id):
-    """Every name and attribute the submitted cell uses, with its call or reference as written; None when it does
-    not parse (the kernel reports that)."""
-    try:
-        tree = ast.parse(sources.get(grade_id, ""))
-    except SyntaxError:
+    """Every name and attribute the submitted cell uses (as IPython runs it), with its call or reference as written;
+    None when it does not parse (the kernel reports that)."""
+    tree, _ = python_of(sources.get(grade_id, ""))
+    if tree is None:
         return None
     return [(node.attr if isinstance(node, ast.Attribute) else node.id, ast.unparse(node)) for node in ast.walk(tree)
             if isinstance(node, (ast.Attribute, ast.Name))]
-
-
-def forbid_calls(what, grade_id, names, hint):
-    """A rule about how to write a part, judged from the submitted source: no use of a name or attribute in `names`
-    (e.g. {"softmax"} catches torch.softmax, F.softmax, x.softmax and `from torch import softmax`, also imported under
-    another name). A name the cell defines itself (a variable, a function, an argument) is the student's own."""
-    def rule(sources):
-        try:
-            tree = ast.parse(sources.get(grade_id, ""))
-        except SyntaxError:
-            return None  # the kernel reports that
-        nodes = list(ast.walk(tree))
-        own = ({n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-               | {n.name for n in nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-               | {n.arg for n in nodes if isinstance(n, ast.arg)})
-        for node in nodes:
-            if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
-                    alias.name.split(".")[-1] in names for alias in node.names):
-                written = ast.unparse(node)
-            elif isinstance(node, ast.Attribute) and node.attr in names:
-                written = ast.unparse(node)
-            elif isinstance(node, ast.Name) and node.id in names and node.id not in own:
-                written = node.id
-            else:
-                continue
-            return f"{what}: the code uses {written}\n  likely mistake: {hint}"
-        return None
-
-    return Check(what, source_rule=rule)
 
 
 def require_call(what, grade_id, name, hint):
@@ -401,6 +380,385 @@ def require_call(what, grade_id, name, hint):
         return f"{what} never calls {name}\n  likely mistake: {hint}"
 
     return Check(what, source_rule=rule)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# rules about how a part is written, judged from every cell the student can edit
+# ---------------------------------------------------------------------------------------------------------------
+
+# What the course's setup cells import (locked cells: the student cannot change them).
+SETUP_IMPORTS = {"torch": "torch", "nn": "torch.nn", "F": "torch.nn.functional", "math": "math",
+                 "data": "attention_course.data"}
+BUILTINS = {"range", "len", "enumerate", "zip", "min", "max", "sum", "abs", "float", "int", "bool", "list", "tuple",
+            "dict", "set", "reversed", "sorted", "isinstance", "print", "round", "divmod", "pow", "any", "all", "map",
+            "slice", "str", "repr", "iter", "next", "super", "object", "ValueError", "TypeError", "IndexError",
+            "RuntimeError", "NotImplementedError", "AssertionError", "Exception", "KeyError", "ZeroDivisionError",
+            "ArithmeticError", "StopIteration", "True", "False", "None", "hasattr", "type", "callable"}
+TORCH_CREATION = {"tensor", "as_tensor", "zeros", "ones", "full", "empty", "zeros_like", "ones_like", "full_like",
+                  "empty_like", "arange", "linspace", "eye", "tril", "triu", "finfo", "iinfo", "float16", "bfloat16",
+                  "float32", "float64", "float", "double", "half", "int64", "long", "int32", "int", "bool", "inf",
+                  "nan", "Tensor", "Size", "device", "dtype", "no_grad", "is_tensor", "is_floating_point", "numel",
+                  "get_default_dtype", "result_type", "promote_types"}
+TORCH_MATH = {"exp", "log", "max", "amax", "min", "amin", "sum", "cumsum", "mean", "maximum", "minimum", "where",
+              "matmul", "mm", "bmm", "einsum", "tensordot", "outer", "clamp", "clip", "sqrt", "rsqrt", "abs", "neg",
+              "add", "sub", "mul", "div", "true_divide", "pow", "reciprocal", "square", "isfinite", "isinf", "isnan",
+              "nan_to_num", "masked_fill", "eq", "ne", "gt", "lt", "ge", "le", "logical_not", "logical_and",
+              "logical_or", "allclose", "isclose", "equal", "sign", "exp2", "log2", "expm1", "log1p", "clamp_min",
+              "clamp_max", "argmax", "cummax", "cumprod", "prod", "baddbmm", "addmm", "addcmul", "addcdiv",
+              "floor_divide"}
+TORCH_SHAPE = {"cat", "concat", "stack", "split", "chunk", "unbind", "flatten", "reshape", "transpose", "permute",
+               "movedim", "unsqueeze", "squeeze", "broadcast_to", "narrow", "select", "index_select", "gather",
+               "diagonal", "diag", "roll", "flip", "swapaxes"}
+METHODS = (TORCH_MATH | TORCH_SHAPE | {
+    "view", "view_as", "expand", "expand_as", "contiguous", "T", "mT", "size", "shape", "dim", "ndim", "dtype",
+    "device", "values", "indices", "new_zeros", "new_ones", "new_full", "new_empty", "new_tensor", "to", "float",
+    "double", "half", "long", "int", "bool", "type_as", "clone", "detach", "item", "tolist", "fill_", "zero_",
+    "copy_", "tril", "triu", "add_", "sub_", "mul_", "div_", "masked_fill_", "clamp_", "exp_", "unfold", "is_floating_point",
+    "numel", "min", "max", "eps", "tiny", "append", "extend", "insert", "pop", "items", "keys", "get", "index",
+    "count", "format", "join", "requires_grad", "is_cuda", "shape", "any", "all", "nelement", "element_size"})
+MODULE_FUNCTIONS = {"math": {"sqrt", "exp", "log", "inf", "isqrt", "ceil", "floor", "prod", "isfinite", "nan", "e", "pi", "log2"},
+                    "torch.nn.functional": {"pad", "linear"}}
+CODE_MAGICS = {"time", "timeit", "capture", "prun"}  # their line or body is Python that the kernel runs here
+RUNS_FILES = {"run", "load", "load_ext", "reload_ext", "macro", "rerun", "recall", "autoreload", "aimport", "paste",
+              "cpaste", "loadpy", "store", "pycat"}  # magics that run or bring in code the grader cannot read
+
+
+def allowed_torch(extra=()):
+    """What a part with a rule may reach: elementary operations, tensor creation, shape operations (+ `extra`)."""
+    return {f"torch.{name}" for name in TORCH_CREATION | TORCH_MATH | TORCH_SHAPE | set(extra)} | {
+        f"{module}.{name}" for module, names in MODULE_FUNCTIONS.items() for name in names}
+
+
+def python_of(source):
+    """(tree, problem): the cell as IPython runs it (magics and indentation transformed), parsed; or why not."""
+    from IPython.core.inputtransformer2 import TransformerManager
+    try:
+        return ast.parse(TransformerManager().transform_cell(source)), None
+    except SyntaxError as error:
+        return None, f"it does not parse (SyntaxError: {error.msg}, line {error.lineno})"
+    except Exception as error:  # IPython itself could not transform it
+        return None, f"IPython cannot read it ({type(error).__name__})"
+
+
+def _magic_code(tree, problems):
+    """The Python inside code magics (%time, %%capture...) as extra statements; magics that run code from elsewhere
+    (%run, %load...) go to `problems`."""
+    extra = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("run_line_magic", "run_cell_magic") and isinstance(node.func.value, ast.Call)
+                and isinstance(node.func.value.func, ast.Name) and node.func.value.func.id == "get_ipython"):
+            continue
+        args = [a.value if isinstance(a, ast.Constant) else None for a in node.args]
+        name = args[0] if args else None
+        if name in CODE_MAGICS:
+            body = args[1] if node.func.attr == "run_line_magic" else (args[2] if len(args) > 2 else None)
+            inner, problem = python_of(body) if isinstance(body, str) else (None, "its code is not written out")
+            if inner is None:
+                problems.append(f"the magic %{name}, whose code {problem}")
+            else:
+                extra += inner.body + _magic_code(inner, problems)
+        elif name in RUNS_FILES or not isinstance(name, str):
+            problems.append(f"the magic %{name}, which runs code the grader cannot read")
+    return extra
+
+
+class StudentCode:
+    """Every cell the student can edit (`sources`: {key: source}, in notebook order), read as IPython runs it: what
+    each global name is bound to, and what the cells do at the top level."""
+
+    def __init__(self, sources):
+        self.unreadable, self.problems = {}, []  # {key: why}, [what no rule can allow]
+        self.bindings = {}  # global name -> [(cell key, node)]: def, class, import alias or statement
+        self.imports = dict(SETUP_IMPORTS)  # global name -> qualified name, when the name is an import
+        self.top_level = []  # (cell key, statement) outside functions and classes
+        for key, source in sources.items():
+            tree, problem = python_of(source)
+            if tree is None:
+                self.unreadable[key] = (problem, source)
+                continue
+            for statement in tree.body + _magic_code(tree, self.problems):
+                self._bind(key, statement)
+
+    def _bind(self, key, statement):
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            self.bindings.setdefault(statement.name, []).append((key, statement))
+            return
+        self.top_level.append((key, statement))
+        for node in walk_outside_functions(statement):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node is not statement:
+                self.bindings.setdefault(node.name, []).append((key, node))
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                for alias, qualified in imported(node):
+                    self.bindings.setdefault(alias, []).append((key, node))
+                    self.imports[alias] = qualified
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                self.bindings.setdefault(node.id, []).append((key, statement))
+
+    def qualified(self, node, local=()):
+        """torch.nn.functional.softmax for F.softmax (F imported); None when the chain does not start at an import."""
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name) or node.id in local or node.id not in self.imports:
+            return None
+        if any(key for key, n in self.bindings.get(node.id, ()) if not isinstance(n, (ast.Import, ast.ImportFrom))):
+            return None  # also bound by the student's own code: judged there
+        return ".".join([self.imports[node.id], *reversed(parts)])
+
+
+def walk_outside_functions(node):
+    """ast.walk, without entering the bodies of functions, lambdas and classes (their names are bound, though)."""
+    yield node
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            yield child
+            if not isinstance(child, ast.Lambda):
+                for decorator in child.decorator_list:
+                    yield from walk_outside_functions(decorator)
+        else:
+            yield from walk_outside_functions(child)
+
+
+def imported(node):
+    """(bound name, qualified name) of each alias of an import statement."""
+    for alias in node.names:
+        if isinstance(node, ast.Import):
+            yield (alias.asname, alias.name) if alias.asname else (alias.name.split(".")[0], alias.name.split(".")[0])
+        else:
+            module = "." * node.level + (node.module or "")
+            yield alias.asname or alias.name, f"{module}.{alias.name}"
+
+
+def locals_of(function):
+    """The names a function (or lambda) binds itself: parameters, assignments, loops, its own imports and defs."""
+    names = set()
+    arguments = function.args
+    for arg in arguments.posonlyargs + arguments.args + arguments.kwonlyargs + [arguments.vararg, arguments.kwarg]:
+        if arg is not None:
+            names.add(arg.arg)
+    declared_global = {n for node in ast.walk(function) if isinstance(node, ast.Global) for n in node.names}
+    for node in ast.walk(function):
+        if node is function:
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update(alias for alias, _ in imported(node))
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+    return names - declared_global
+
+
+DYNAMIC = {"getattr", "setattr", "delattr", "vars", "globals", "locals", "eval", "exec", "compile", "__import__",
+           "open", "importlib", "__builtins__", "builtins", "get_ipython"}
+
+
+class Allowlist:
+    """What the code of one part may reach, from the function the exercise names through the student's own helpers.
+
+    `allowed`: qualified names (torch.exp, math.sqrt, ...); tensor methods and attributes from METHODS; the builtins
+    of BUILTINS; the student's own functions, classes and globals (judged in turn); nothing else: no dynamic access
+    (getattr, vars, globals, eval, exec, __import__, importlib, torch.ops), no private `_` names of a library."""
+
+    def __init__(self, code, allowed, methods=METHODS):
+        self.code, self.methods = code, methods
+        changed = tampered(code)
+        self.allowed = {name for name in allowed if not any(name == c or name.startswith(c + ".") for c in changed)}
+        self.own_attributes = set()
+        for bound in code.bindings.values():
+            for _, node in bound:
+                for inner in ast.walk(node):
+                    if isinstance(inner, ast.Attribute) and isinstance(inner.ctx, ast.Store):
+                        self.own_attributes.add(inner.attr)
+                    elif isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        self.own_attributes.add(inner.name)
+
+    def outside(self, name):
+        """(what it uses outside the list, the cell) for the code reachable from global `name`; None if all is in."""
+        seen, todo = set(), [name]
+        while todo:
+            current = todo.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            for key, node in self.code.bindings.get(current, ()):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    qualified = self.code.imports.get(current)
+                    if qualified not in self.allowed:
+                        return f"{qualified} (imported as {current})" if current != qualified.split(".")[-1] \
+                            else qualified, key
+                    continue
+                found = self.outside_node(node, todo)
+                if found:
+                    return found, key
+        return None
+
+    def outside_node(self, root, todo):
+        scopes = {id(root): set()}
+        functions = [n for n in ast.walk(root) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))]
+        local = set().union(*(locals_of(f) for f in functions)) if functions else set()
+        if isinstance(root, ast.ClassDef):
+            local |= {n.name for n in root.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        chained = set()
+        for node in ast.walk(root):
+            if isinstance(node, ast.Attribute):
+                chained.add(id(node.value))
+        for node in ast.walk(root):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                for alias, qualified in imported(node):
+                    if qualified not in self.allowed:
+                        return qualified
+            elif isinstance(node, ast.Attribute) and id(node) not in chained:
+                problem = self.attribute_problem(node, local)
+                if problem:
+                    return problem
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and id(node) not in chained:
+                problem = self.name_problem(node.id, local, todo)
+                if problem:
+                    return problem
+        return None
+
+    def name_problem(self, name, local, todo):
+        if name in local:
+            return None
+        if name in self.code.imports and (name not in self.code.bindings
+                                          or self.code.qualified(ast.Name(id=name)) is not None):
+            qualified = self.code.imports[name]
+            if qualified in self.allowed:
+                return None
+            return qualified if qualified.split(".")[-1] == name else f"{qualified} (imported as {name})"
+        if name in self.code.bindings:
+            todo.append(name)  # the student's own: judged in turn
+            return None
+        if name in BUILTINS and name not in DYNAMIC:
+            return None
+        return name
+
+    def attribute_problem(self, node, local):
+        """The outermost attribute of a chain: a library's name, or attributes of a value (its methods)."""
+        chain, base = [], node
+        while isinstance(base, ast.Attribute):
+            chain.append(base.attr)
+            base = base.value
+        chain.reverse()
+        written = ast.unparse(node)
+        if any(part in DYNAMIC or part == "ops" or part == "__dict__" for part in chain):
+            return written
+        qualified = self.code.qualified(node, local) if isinstance(base, ast.Name) else None
+        if qualified is not None:  # a library's name, judged whole (torch.finfo(...).min: `min` is judged apart)
+            if qualified in self.allowed or (qualified.startswith("torch.Tensor.") and qualified.count(".") == 2
+                                             and self.method_ok(chain[-1])):
+                return None
+            return written
+        if isinstance(base, ast.Name) and base.id not in local and base.id not in self.code.bindings \
+                and base.id not in BUILTINS:
+            return written  # a global the student did not write (a locked cell's)
+        return None if all(self.method_ok(part) for part in chain) else written
+
+    def method_ok(self, name):
+        if name in self.methods or name == "__init__":
+            return True
+        return name in self.own_attributes and not name.startswith("__") and name not in FORBIDDEN_METHODS
+
+
+FORBIDDEN_METHODS = {"softmax", "log_softmax", "softmin", "logsumexp", "logcumsumexp", "scaled_dot_product_attention"}
+
+
+def tampered(code):
+    """{qualified name: cell} of a library's names that top-level code changes (torch.exp = ..., setattr(torch, ...)
+    changes every name of torch)."""
+    changed = {}
+    for key, statement in code.top_level:
+        for node in walk_outside_functions(statement):
+            targets = []
+            if isinstance(node, (ast.Assign, ast.Delete)):
+                targets = node.targets
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                targets = [node.target]
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                  and node.func.id in ("setattr", "delattr") and node.args):
+                targets = [node.args[0] if not (len(node.args) > 1 and isinstance(node.args[1], ast.Constant))
+                           else ast.Attribute(value=node.args[0], attr=str(node.args[1].value))]
+            for target in (t for target in targets for t in ast.walk(target)):
+                if isinstance(target, (ast.Attribute, ast.Name)):
+                    qualified = code.qualified(target)
+                    if qualified is not None and (isinstance(target, ast.Attribute) or isinstance(node, ast.Call)):
+                        changed.setdefault(qualified, key)
+    return changed
+
+
+def written_in_a_cell(file):
+    """Code compiled from a notebook cell: by IPython, by a Jupyter kernel, or the answer key's (the reference)."""
+    return isinstance(file, str) and (file.startswith(("<ipython-input-", "<reference ")) or
+                                      re.search(r"ipykernel_\d+[/\\][^/\\]+\.py$", file) is not None)
+
+
+def kernel_rule(what, name, hint, forbidden):
+    """The rule's half observed in the kernel (a teaching check: a student who replaces the probe could forge it):
+    the function the checks call, and each callable it reaches by a global name through the notebook's own
+    functions, is code written in a cell or a library function outside `forbidden` (not torch.softmax bound to the
+    name by globals(), nor a function made by exec)."""
+    p = Program()
+    p.record(G(name), "the function", kind="function")
+
+    def judge(got, want):
+        if not got or "raised" in got[0]:
+            return None  # not defined: the calls say so
+        found = got[0].get("function")
+        if not isinstance(found, list) or not all(isinstance(f, dict) for f in found) or not found:
+            return f"{what}: the function {name} was not recorded"
+        for entry in found:
+            called, file, module = str(entry.get("called")), entry.get("file"), str(entry.get("module"))
+            shown = f"{name}" if not entry.get("name") else f"{entry.get('name')}, which {name} calls,"
+            if file is None or not written_in_a_cell(file):
+                library = module.startswith(("torch", "math", "builtins", "numpy")) and file != "<string>"
+                if entry.get("name") and library and called not in forbidden and not called.startswith(
+                        ("_scaled_dot_product", "_flash_attention", "_efficient_attention")):
+                    continue
+                origin = "made by exec or eval" if file == "<string>" else f"{module}.{called}"[:80].lstrip(".")
+                return (f"{what}: in the kernel, {shown} is {origin}, not a function written in your cells"
+                        f"\n  likely mistake: {hint}")
+        return None
+
+    return Check(what, p, judge=judge)
+
+
+def where(key):
+    return f"the cell {key}" if not key.startswith("cell ") else f"a cell of your own ({key})"
+
+
+def allow_only(what, name, hint, extra=(), methods=METHODS):
+    """A rule about how a part is written, judged from every cell the student can edit (as IPython runs them): the
+    function `name`, and everything of the student's it reaches, may only use what `allowed_torch(extra)` and
+    METHODS list (elementary operations, tensor creation, shape operations, the student's own helpers). Two checks:
+    the source rule, and what the kernel shows of the function the checks call (`kernel_rule`)."""
+    allowed = allowed_torch(extra)
+
+    def rule(sources):
+        code = StudentCode(sources)
+        for key, (problem, source) in code.unreadable.items():
+            if key == name or re.search(rf"\b{re.escape(name)}\b", source):
+                return (f"{what}: the grader cannot read {where(key)}: {problem}\n  likely mistake: write it as "
+                        f"plain Python (IPython runs it; the rule about how to write {name} is judged from it)")
+        if code.problems:
+            return f"{what}: your cells use {code.problems[0]}\n  likely mistake: {hint}"
+        if name not in code.bindings:
+            return None  # not written: the calls say so
+        found = Allowlist(code, allowed, methods).outside(name)
+        if found:
+            return (f"{what}: the code uses {found[0]} (in {where(found[1])}), which this exercise does not allow "
+                    f"here\n  likely mistake: {hint}")
+        return None
+
+    forbidden = FORBIDDEN_METHODS | {"_softmax", "_log_softmax", "_safe_softmax"}
+    forbidden -= {name.rsplit(".", 1)[-1] for name in allowed}
+    return [Check(what, source_rule=rule), kernel_rule(what, name, hint, forbidden)]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -557,6 +915,21 @@ def read_records(outputs, cell_id, expected_count):
     return before, errors, payload["records"], None
 
 
+def editable_sources(nb):
+    """{key: source} of every code cell the student can edit, in notebook order: solution cells by grade id (a copy
+    of one gets its own key) and cells that are neither locked nor tests ("cell N": N counts the notebook's cells)."""
+    sources = {}
+    for index, cell in enumerate(nb.cells, 1):
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type != "code" or (not meta.get("solution") and (meta.get("locked") or meta.get("grade"))):
+            continue
+        key = meta.get("grade_id") if meta.get("solution") and meta.get("grade_id") else f"cell {index}"
+        while key in sources:
+            key += " (copy)"
+        sources[key] = cell.source
+    return sources
+
+
 class NamedMistake(str):
     """A failure message that names a known mistake, reproduced by running it: shown before the other failures."""
 
@@ -583,17 +956,20 @@ def verdict(outputs, cell_id, checks, namespace, sources):
     """(new outputs of a test cell, flags): the judges' verdicts, or the kernel's own error."""
     probed = [c for c in checks if c.program is not None]
     before, errors, records, problem = read_records(outputs, cell_id, len(probed))
+    # A warning printed before a failure (x.T's UserWarning, say) goes after it: the message and its hint come first.
+    printed = [o for o in before if o.get("name") != "stderr"]
+    warned = [o for o in before if o.get("name") == "stderr"]
     if errors:
-        return before + errors, []
+        return printed + errors + warned, []
     if problem:
-        return before + [_error("RecordError", problem)], ["bad records"]
+        return printed + [_error("RecordError", problem)] + warned, ["bad records"]
     got = dict(zip(map(id, probed), records))
     failures = [m for m in (judge_check(c, got.get(id(c)), namespace, sources) for c in checks) if m]
     if failures:
         shown = next((m for m in failures if isinstance(m, NamedMistake)), failures[0])
         which = "The first:" if shown is failures[0] else "This one names the likely mistake:"
         head = f"{len(failures)} of {len(checks)} checks of this cell failed. {which}\n" if len(failures) > 1 else ""
-        return before + [_error("CheckFailed", head + shown)], []
+        return printed + [_error("CheckFailed", head + shown)] + warned, []
     note = NotebookNode(output_type="stream", name="stdout",
                         text=f"Graded: all {len(checks)} checks of this cell passed.\n")
     return before + [note], []
@@ -606,8 +982,7 @@ class JudgeCells(NbGraderPreprocessor):
         started = time.perf_counter()
         plans = resources.get("hidden_checks", {})
         namespace = reference_namespace(resources["reference_notebook"])
-        sources = {cell.metadata["nbgrader"]["grade_id"]: cell.source for cell in nb.cells
-                   if cell.metadata.get("nbgrader", {}).get("solution")}
+        sources = editable_sources(nb)
         flags = set()
         for cell_id, cell in autograded_test_cells(nb):
             if cell_id not in plans:

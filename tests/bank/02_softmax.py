@@ -208,3 +208,109 @@ VARIANTS = {
         "fails": {"test_context_vectors_single": "softmax", "test_context_vectors_batched": "softmax"},
     },
 }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# routes past "write softmax yourself" (issue 25): each loses exactly the cell of the part it skips, with a message
+# naming what it called; every one kept full marks when the rule was a list of forbidden names on the solution cell
+# ---------------------------------------------------------------------------------------------------------------
+
+def _code_cell(source):
+    import nbformat
+    return nbformat.v4.new_code_cell(source)
+
+
+def _add_cell_after(grade_id, source, duplicate=False):
+    """A notebook transform: a code cell of the student's own (or a copy of the solution cell, metadata included)
+    right after the solution cell `grade_id`."""
+    def transform(nb):
+        import copy
+        index = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+        cell = copy.deepcopy(nb.cells[index]) if duplicate else _code_cell(source)
+        cell.source = source
+        if duplicate:
+            cell["id"] = f"{nb.cells[index].get('id', 'cell')}-copy"[:64]
+        nb.cells.insert(index + 1, cell)
+        return nb
+    return transform
+
+
+_NAIVE_BY_TORCH = "def softmax_naive(x, dim=-1):\n    return torch.softmax(x, dim=dim)\n"
+_STABLE_BY_TORCH = "def softmax_stable(x, dim=-1):\n    return torch.softmax(x, dim=dim)\n"
+
+VARIANTS.update({
+    "route_softmin": {
+        "kind": "mistake",
+        "cells": {"softmax_naive": "def softmax_naive(x, dim=-1):\n"
+                                   "    return torch.nn.functional.softmin(-x, dim=dim)\n"},
+        "fails": {"test_softmax_naive": "softmin"},
+    },
+    "route_getattr": {
+        "kind": "mistake",
+        "cells": {"softmax_stable": "def softmax_stable(x, dim=-1):\n"
+                                    "    return getattr(torch, 'soft' + 'max')(x, dim=dim)\n"},
+        "fails": {"test_softmax_stable": "getattr"},
+    },
+    "route_vars": {
+        "kind": "mistake",
+        "cells": {"softmax_naive": "def softmax_naive(x, dim=-1):\n"
+                                   "    return vars(torch)['soft' + 'max'](x, dim)\n"},
+        "fails": {"test_softmax_naive": "vars"},
+    },
+    "route_private_softmax": {
+        "kind": "mistake",
+        "cells": {"softmax_stable": "def softmax_stable(x, dim=-1):\n"
+                                    "    return torch._softmax(x, dim, False)\n"},
+        "fails": {"test_softmax_stable": "torch._softmax"},
+    },
+    "route_torch_ops": {
+        "kind": "mistake",
+        "cells": {"softmax_naive": "def softmax_naive(x, dim=-1):\n"
+                                   "    return torch.ops.aten._softmax(x, dim, False)\n"},
+        "fails": {"test_softmax_naive": "torch.ops"},
+    },
+    "route_log_softmax_module": {
+        "kind": "mistake",
+        "cells": {"softmax_stable": "def softmax_stable(x, dim=-1):\n"
+                                    "    return torch.nn.LogSoftmax(dim=dim)(x).exp()\n"},
+        "fails": {"test_softmax_stable": "LogSoftmax"},
+    },
+    "route_categorical": {
+        "kind": "mistake",
+        "cells": {"softmax_naive": "from torch.distributions import Categorical\n\n\n"
+                                   "def softmax_naive(x, dim=-1):\n"
+                                   "    return Categorical(logits=x.movedim(dim, -1)).probs.movedim(-1, dim)\n"},
+        "fails": {"test_softmax_naive": "Categorical"},
+    },
+    "route_eval": {
+        "kind": "mistake",
+        "cells": {"softmax_stable": "def softmax_stable(x, dim=-1):\n"
+                                    "    return eval('torch.soft' + 'max(x, dim=dim)')\n"},
+        "fails": {"test_softmax_stable": "eval"},
+    },
+    # the answer key's cell stays; a cell of the student's own after it redefines the function
+    "route_own_cell": {
+        "kind": "mistake",
+        "cells": {},
+        "notebook": _add_cell_after("softmax_naive", _NAIVE_BY_TORCH),
+        "fails": {"test_softmax_naive": "torch.softmax"},
+    },
+    # the solution cell duplicated (metadata and all), the copy redefining the function
+    "route_duplicated_cell": {
+        "kind": "mistake",
+        "cells": {},
+        "notebook": _add_cell_after("softmax_stable", _STABLE_BY_TORCH, duplicate=True),
+        "fails": {"test_softmax_stable": "torch.softmax"},
+    },
+    # IPython runs an indented cell (it removes the common indentation) and a cell that starts with a magic
+    "route_indented_cell": {
+        "kind": "mistake",
+        "cells": {"softmax_naive": "".join("    " + line + "\n" for line in _NAIVE_BY_TORCH.splitlines())},
+        "fails": {"test_softmax_naive": "torch.softmax"},
+    },
+    "route_config_magic": {
+        "kind": "mistake",
+        "cells": {"softmax_stable": "%config InlineBackend.figure_format = 'png'\n" + _STABLE_BY_TORCH},
+        "fails": {"test_softmax_stable": "torch.softmax"},
+    },
+})

@@ -224,7 +224,7 @@ VARIANTS = {
         },
         # only Part 1 loses its points: in the later parts' test cells the judges' stand-in (STAND_INS) answers
         # the calls of causal_mask, so the answer key's parts built on it keep theirs
-        "fails": {"test_causal_mask": "torch.tril hides the past"},
+        "fails": {"test_causal_mask": "torch.tril blocks the past"},
     },
     "module_mask_tril_as_hide_mask": {
         "kind": "mistake",
@@ -389,3 +389,22 @@ VARIANTS = {
         "fails": {"test_causal_self_attention_too_long": "name context_length"},
     },
 }
+
+
+# Issue 25: both ways wrong in the same way (no mask at all) agree with each other; Part 3 checks each against the
+# reference too (it kept its point before).
+VARIANTS.update({
+    "route_both_ways_without_a_mask": {
+        "kind": "mistake",
+        "cells": {
+            "renormalized_causal_weights":
+                "def renormalized_causal_weights(attn_weights):\n"
+                "    return attn_weights / attn_weights.sum(dim=-1, keepdim=True)\n",
+            "causal_attention_weights":
+                "def causal_attention_weights(attn_scores, d_k):\n"
+                "    return torch.softmax(attn_scores / d_k ** 0.5, dim=-1)\n",
+        },
+        "fails": {"test_renormalized_causal_weights": "", "test_causal_attention_weights": "",
+                  "test_two_ways_agree": "way 1"},
+    },
+})

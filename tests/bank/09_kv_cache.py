@@ -893,3 +893,63 @@ VARIANTS.update({
                   "test_attention_with_cache_arguments": "fits in context_length"},
     },
 })
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# routes past the cache (issue 25): each loses exactly the cell of the part it skips; every one kept its points
+# when only the values were compared
+# ---------------------------------------------------------------------------------------------------------------
+
+# keeps the inputs and projects every kept token again at each call: the values of a cache, the work of none
+_ROUTE_RECOMPUTES = _edit(_CLASS, (
+    "        self.cache_keys = self.cache_values = None\n\n    def reset_cache",
+    "        self.cache_keys = self.cache_values = None\n        self.kept_inputs = None\n\n    def reset_cache"), (
+    "    def reset_cache(self):\n        self.cache_keys = self.cache_values = None\n",
+    "    def reset_cache(self):\n        self.cache_keys = self.cache_values = None\n        self.kept_inputs = None\n"), (
+    "        q, k, v = (layer(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)\n"
+    "                   for layer in (self.W_query, self.W_key, self.W_value))\n"
+    "        if use_cache:\n"
+    "            if kept:\n"
+    "                k = torch.cat([self.cache_keys, k], dim=2)\n"
+    "                v = torch.cat([self.cache_values, v], dim=2)\n"
+    "            self.cache_keys, self.cache_values = k, v\n",
+    "        every = torch.cat([self.kept_inputs, x], dim=1) if use_cache and kept else x\n"
+    "        if use_cache:\n"
+    "            self.kept_inputs = every\n"
+    "            self.cache_keys = self.cache_values = every.new_zeros(b, self.num_heads, every.shape[1], 1)\n"
+    "        q = self.W_query(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)\n"
+    "        k, v = (layer(every).view(b, every.shape[1], self.num_heads, self.head_dim).transpose(1, 2)\n"
+    "                for layer in (self.W_key, self.W_value))\n"))
+
+# writes the cache first, then finds that the tokens do not fit
+_ROUTE_GROWS_THEN_RAISES = _edit(_CLASS, (
+    "        if kept + t > self.context_length:\n"
+    "            raise ValueError(f'{kept + t} tokens exceed context_length={self.context_length}')\n", ""), (
+    "            self.cache_keys, self.cache_values = k, v\n",
+    "            self.cache_keys, self.cache_values = k, v\n"
+    "        if k.shape[2] > self.context_length:\n"
+    "            raise ValueError(f'{k.shape[2]} tokens exceed context_length={self.context_length}')\n"))
+
+_ROUTE_UNSCALED_DROPOUT = _edit(_CLASS, (
+    "        weights = self.dropout(torch.softmax(scores / self.head_dim ** 0.5, dim=-1))\n",
+    "        weights = torch.softmax(scores / self.head_dim ** 0.5, dim=-1)\n"
+    "        if self.training:\n"
+    "            weights = weights * (torch.rand_like(weights) >= self.dropout.p)\n"))
+
+_ROUTE_GAUSSIAN_NOISE = _edit(_CLASS, (
+    "        weights = self.dropout(torch.softmax(scores / self.head_dim ** 0.5, dim=-1))\n",
+    "        weights = torch.softmax(scores / self.head_dim ** 0.5, dim=-1)\n"
+    "        if self.training:\n"
+    "            weights = weights * (1 + self.dropout.p * torch.randn_like(weights))\n"))
+
+VARIANTS.update({
+    "route_recomputes_kept_tokens": {"kind": "mistake", "cells": {"attention_with_cache": _ROUTE_RECOMPUTES},
+                                     "fails": {"test_attention_with_cache": "only the new tokens"}},
+    "route_grows_the_cache_then_raises": {"kind": "mistake",
+                                          "cells": {"attention_with_cache": _ROUTE_GROWS_THEN_RAISES},
+                                          "fails": {"test_attention_with_cache_arguments": "before"}},
+    "route_dropout_without_scale": {"kind": "mistake", "cells": {"attention_with_cache": _ROUTE_UNSCALED_DROPOUT},
+                                    "fails": {"test_attention_with_cache": "1 / (1 - p)"}},
+    "route_gaussian_noise_for_dropout": {"kind": "mistake", "cells": {"attention_with_cache": _ROUTE_GAUSSIAN_NOISE},
+                                         "fails": {"test_attention_with_cache": "zero"}},
+})

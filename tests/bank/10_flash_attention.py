@@ -627,3 +627,75 @@ VARIANTS.update({
                                                         "test_tiled_attention_causal": "keys",
                                                         "test_tiled_attention_memory": "keys"}},
 })
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# routes past the exercise's algorithm (issue 25): each loses exactly the cells of the part it skips; every one kept
+# full marks (or 10/10 for the magic line) when the rules were lists of names read from the solution cell only
+# ---------------------------------------------------------------------------------------------------------------
+
+_ROUTE_SOFTMAX_IDLE_LOOP = '''def online_softmax(x, block_size):
+    for start in range(0, x.shape[-1], block_size):
+        block = x[..., start:start + block_size]
+    m = x.amax(dim=-1, keepdim=True)
+    e = torch.exp(x - m)
+    return e / e.sum(dim=-1, keepdim=True)
+'''
+
+# maximum first (a pass over the blocks), sums second (another pass): no running maximum
+_ROUTE_SOFTMAX_TWO_PASS = '''def online_softmax(x, block_size):
+    n = x.shape[-1]
+    m = torch.full_like(x[..., :1], float("-inf"))
+    for start in range(0, n, block_size):
+        m = torch.maximum(m, x[..., start:start + block_size].amax(dim=-1, keepdim=True))
+    l = torch.zeros_like(m)
+    for start in range(0, n, block_size):
+        l = l + torch.exp(x[..., start:start + block_size] - m).sum(dim=-1, keepdim=True)
+    return torch.exp(x - m) / l
+'''
+
+_ROUTE_SOFTMAX_LOGCUMSUMEXP = '''def online_softmax(x, block_size):
+    for start in range(0, x.shape[-1], block_size):
+        block = x[..., start:start + block_size]
+    return torch.exp(x - torch.logcumsumexp(x, dim=-1)[..., -1:])
+'''
+
+_ROUTE_TILED_CPU_FLASH = '''def tiled_attention(queries, keys, values, block_size, causal=False):
+    if block_size < 1:
+        raise ValueError(f"block_size must be at least 1, got {block_size}")
+    *lead, t, d = queries.shape
+    q, k, v = (z.reshape(-1, 1, t, d) for z in (queries, keys, values))
+    out = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, is_causal=causal)[0]
+    return out.reshape(*lead, t, d)
+'''
+
+_ROUTE_MAGIC_SOFTMAX = '''%config InlineBackend.figure_format = "png"
+def online_softmax(x, block_size):
+    return torch.softmax(x, dim=-1)
+'''
+
+_ROUTE_MAGIC_SDPA = '''%config InlineBackend.figure_format = "png"
+def tiled_attention(queries, keys, values, block_size, causal=False):
+    if block_size < 1:
+        raise ValueError(f"block_size must be at least 1, got {block_size}")
+    return F.scaled_dot_product_attention(queries, keys, values, is_causal=causal)
+'''
+
+VARIANTS.update({
+    "route_softmax_idle_loop": {"kind": "mistake", "cells": {"online_softmax": _ROUTE_SOFTMAX_IDLE_LOOP},
+                                "fails": {"test_online_softmax": "whole row"}},
+    "route_softmax_two_pass": {"kind": "mistake", "cells": {"online_softmax": _ROUTE_SOFTMAX_TWO_PASS},
+                               "fails": {"test_online_softmax": "two-pass"}},
+    "route_softmax_logcumsumexp": {"kind": "mistake", "cells": {"online_softmax": _ROUTE_SOFTMAX_LOGCUMSUMEXP},
+                                   "fails": {"test_online_softmax": "logcumsumexp"}},
+    "route_tiled_cpu_flash_kernel": {"kind": "mistake", "cells": {"tiled_attention": _ROUTE_TILED_CPU_FLASH},
+                                     "fails": {"test_tiled_attention": "torch.ops",
+                                               "test_tiled_attention_causal": "torch.ops",
+                                               "test_tiled_attention_memory": "torch.ops"}},
+    "route_magic_line_softmax_and_sdpa": {
+        "kind": "mistake", "cells": {"online_softmax": _ROUTE_MAGIC_SOFTMAX, "tiled_attention": _ROUTE_MAGIC_SDPA},
+        "fails": {"test_online_softmax": "torch.softmax", "test_tiled_attention": "scaled_dot_product_attention",
+                  "test_tiled_attention_causal": "scaled_dot_product_attention",
+                  # the visible memory test fails first, in the kernel: SDPA's math path makes the (T, T) weights
+                  "test_tiled_attention_memory": "(T, T)"}},
+})

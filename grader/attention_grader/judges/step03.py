@@ -5,7 +5,7 @@ import torch
 
 from attention_course import data
 from attention_grader.judging import G, Check, Expect, Program, compare, default_judge, raised_message
-from attention_grader.judges.step07 import (EXACT, differ, first_raised, forward_check, linear_state, shape_problem,
+from attention_grader.judges.common import (EXACT, differ, first_raised, forward_check, linear_state, shape_problem,
                                             tensor_of, with_hint)
 
 INPUTS = data.journey_inputs()  # (6, 3)

@@ -4,9 +4,9 @@ import functools
 import torch
 
 from attention_course import data
-from attention_grader.judging import G, Check, Program, expect_value_error, raised_message
-from attention_grader.judges.step07 import (first_raised, forward_check, linear_state, shape_problem,
-                                            tensor_of, with_hint, with_later_tokens_changed)
+from attention_grader.judging import G, Check, Expect, Program, compare, expect_value_error, raised_message
+from attention_grader.judges.common import (first_raised, forward_check, linear_state, shape_problem, tensor_of,
+                                            with_hint, with_later_tokens_changed)
 
 BATCH = data.journey_batch()  # (2, 6, 3)
 LAYERS = ("W_query", "W_key", "W_value")
@@ -94,9 +94,14 @@ AGREE = ("both must give the same weights: check that way 1 divides by the row s
          "softmax and divides the scores by sqrt(d_k)")
 
 
+WAY_HINTS = ("the two ways agree, but both are wrong alike: way 1 zeroes the entries above the diagonal (the future), "
+             "then divides each row by its sum", "the two ways agree, but both are wrong alike: way 2 fills the entries "
+             "above the diagonal (the future) with -inf before the softmax of the scores / sqrt(d_k)")
+
+
 def agree_check(what, scores, d_k):
-    """The student's way 1 on softmax(scores / sqrt(d_k)) must equal the student's way 2 on scores, and way 2's rows
-    must sum to 1 (a property of the two functions together, not a comparison with the reference)."""
+    """The student's way 1 on softmax(scores / sqrt(d_k)) must equal the student's way 2 on scores, way 2's rows must
+    sum to 1, and each way must give the reference's weights (two ways wrong in the same way agree too)."""
     p = Program()
     p.record(p.call(G("renormalized_causal_weights"), p.tensor(torch.softmax(scores / d_k ** 0.5, dim=-1))), "way 1")
     p.record(p.call(G("causal_attention_weights"), p.tensor(scores), d_k), "way 2")
@@ -119,6 +124,10 @@ def agree_check(what, scores, d_k):
                              f"differ (largest difference {largest:.3g})", AGREE)
         if not torch.allclose(way_2.sum(dim=-1), torch.ones(way_2.shape[:-1], dtype=way_2.dtype), atol=1e-4):
             return with_hint(f"{what}: the rows of way 2 do not sum to 1", "every row of the weights must sum to 1")
+        for index, hint in enumerate(WAY_HINTS):  # two ways wrong alike (no mask at all) agree: each against the key
+            problem = compare(got[index], want[index], f"{what}: way {index + 1}", Expect("", atol=1e-5, rtol=1e-5))
+            if problem:
+                return with_hint(problem, hint)
         return None
 
     return Check(what, p, judge=judge)

@@ -10,10 +10,10 @@ import re
 import torch
 
 from attention_course import data
-from attention_grader.judging import (G, Check, Expect, Program, call_check, compare, default_judge,
-                                      expect_value_error, generator, raised_message)
-from attention_grader.judges.step07 import (EXACT, first_raised, forward_check, linear_state, mask_buffer_check,
-                                            shape_problem, tensor_of, with_hint, with_later_tokens_changed)
+from attention_grader.judging import (G, Check, Expect, Program, call_check, compare, expect_value_error, generator,
+                                      raised_message)
+from attention_grader.judges.common import (EXACT, first_raised, floats_where_due, forward_check, mask_buffer_check,
+                                            qkv_state, shape_problem, tensor_of, with_hint, with_later_tokens_changed)
 
 BATCH = data.journey_batch()  # (2, 6, 3)
 SWAPPED = "drop each entry with probability p, keep it with probability 1 - p: are the two swapped?"
@@ -22,36 +22,6 @@ RESCALE = ("divide every kept entry by 1 - p; multiplying by 1 - p or not scalin
 KEEP_MEAN = "inverted dropout keeps the average: kept entries are divided by 1 - p"
 OWN_GENERATOR = "draw the random numbers from the generator you are given: torch.rand(x.shape, generator=generator)"
 OUT_OF_PLACE = "build a new tensor (x * keep / (1 - p)); in-place operations such as x.mul_ or x[...] = 0 change x"
-
-
-def floats_where_due(cell):
-    """The checks of `cell`, whose judges first make sure that the student's records are all there and that a tensor
-    holds floats wherever the reference's does (judging.compare raises RuntimeError on an integer tensor there)."""
-    def checks(inputs):
-        result = cell(inputs)
-        for check in result:
-            if check.program is not None:
-                check.judge = whole_records(check, check.judge or (lambda got, want, check=check:
-                                                                   default_judge(check, got, want)))
-        return result
-
-    return checks
-
-
-def whole_records(check, judge):
-    expects = check.program.expects
-
-    def checked(got, want):
-        for g, w, expect in zip(got, want, expects):
-            floats_due = "tensor" in w and w["tensor"]["storage"] == "float64"
-            if floats_due and "tensor" in g and g["tensor"]["storage"] != "float64":
-                return (f"{check.what}: {expect.label} should be a float tensor, got dtype "
-                        f"{str(g['tensor']['dtype'])[:20]}")
-        if len(got) < len(expects) and not (got and "raised" in got[-1]):
-            return f"{check.what}: stopped before {expects[len(got)].label}"
-        return judge(got, want)
-
-    return checked
 
 
 def far(value, expected, low, spread):
@@ -239,13 +209,6 @@ CA_HINTS = dict(
     again_hint="eval mode must be deterministic: self.dropout = nn.Dropout(dropout) is switched off by eval()",
     causal_hint="a token must not see later tokens: mask the scores above the diagonal with -inf before softmax (and "
                 "keep the masked result)")
-
-
-def qkv_state(inputs, d_in, d_out, bias):
-    state = {}
-    for name in ("W_query", "W_key", "W_value"):
-        state.update(linear_state(inputs, name, d_in, d_out, bias))
-    return state
 
 
 def too_long_check(what, args, x):

@@ -10,9 +10,8 @@ from attention_course import data
 from attention_course.probe import encode_tensor
 from attention_grader.judging import (G, Check, Expect, Program, compare, describe, expect_value_error,
                                       raised_message)
-from attention_grader.judges.step05 import floats_where_due, qkv_state
-from attention_grader.judges.step07 import (EXACT, first_raised, shape_problem, tensor_of, with_hint,
-                                            with_later_tokens_changed)
+from attention_grader.judges.common import (EXACT, first_raised, floats_where_due, qkv_state, shape_problem, tensor_of,
+                                            with_hint, with_later_tokens_changed)
 
 BATCH = data.journey_batch()  # (2, 6, 3)
 WRAPPER = "MultiHeadAttentionWrapper"

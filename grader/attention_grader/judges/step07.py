@@ -1,18 +1,14 @@
-"""Judges of step 07: multi-head attention with weight splits.
-
-The module helpers (forward_check, dropout_check, returns_check, built_like_check) are shared with step 08.
-"""
+"""Judges of step 07: multi-head attention with weight splits (the module checks they use live in common.py)."""
 import torch
 
 from attention_course import data
-from attention_course.probe import decode_tensor
-from attention_grader.judging import (G, Check, Expect, Program, call_check, compare, default_judge,
-                                      expect_value_error, raised_message)
+from attention_grader.judging import G, Program, call_check, expect_value_error
+from attention_grader.judges.common import (CLASS, attention_state, built_like_check, dropout_check, forward_check,
+                                            linear_state, mask_buffer_check, returns_check, with_later_tokens_changed)
+# step 11 (in progress) imports these from here; new judges import them from common.py
+from attention_grader.judges.common import ANY_VALUES, first_raised, tensor_of, with_hint  # noqa: F401
 
 BATCH = torch.stack((data.journey_in_pairs(), data.journey_in_pairs()))  # (2, 3, 6)
-ANY_VALUES = Expect("", atol=float("inf"))
-EXACT = Expect("", atol=0, rtol=0)
-INPLACE = "use out-of-place operations on x"
 
 SPLIT_HINT = ("head h holds columns h*head_dim:(h+1)*head_dim of every token: view(b, T, num_heads, head_dim) then "
               "transpose(1, 2); viewing straight as (b, num_heads, T, head_dim) mixes up tokens")
@@ -30,196 +26,6 @@ STACK_HINT = ("head h's weights (and biases) go to rows h*head_dim:(h+1)*head_di
 BIAS_HINT = ("pass qkv_bias=(the heads' layers have biases) to MultiHeadAttention, and stack the heads' biases like "
              "their weights, along dim 0")
 IDENTITY_HINT = "out_proj must be the identity: weight torch.eye(d_out), bias zero"
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# helpers for modules (step 08 uses them too)
-# ---------------------------------------------------------------------------------------------------------------
-
-def linear_state(inputs, name, d_in, d_out, bias=True):
-    state = {f"{name}.weight": inputs.randn(d_out, d_in, scale=0.5)}
-    if bias:
-        state[f"{name}.bias"] = inputs.randn(d_out, scale=0.5)
-    return state
-
-
-def attention_state(inputs, d_in, d_out, qkv_bias):
-    """Weights for W_query, W_key, W_value and out_proj, with the contract's names."""
-    state = {}
-    for name in ("W_query", "W_key", "W_value"):
-        state.update(linear_state(inputs, name, d_in, d_out, qkv_bias))
-    state.update(linear_state(inputs, "out_proj", d_out, d_out))
-    return state
-
-
-def with_later_tokens_changed(inputs, x, cut):
-    changed = x.clone()
-    changed[:, cut:] += inputs.randn(*changed[:, cut:].shape)
-    return changed
-
-
-def tensor_of(record):
-    return decode_tensor(record["tensor"], torch.float64)
-
-
-def first_raised(records):
-    return next(((index, record) for index, record in enumerate(records) if "raised" in record), None)
-
-
-def with_hint(problem, hint):
-    return problem and problem + (f"\n  likely mistake: {hint}" if hint else "")
-
-
-def shape_problem(got, want, name, hint):
-    """A message when `got` is not a tensor of the reference's shape (whatever its values)."""
-    if "tensor" not in got or got["tensor"]["shape"] != want["tensor"]["shape"]:
-        return with_hint(compare(got, want, name, ANY_VALUES) or f"{name} has the wrong shape", hint)
-    return None
-
-
-def differ(a, b, atol):
-    return a.shape != b.shape or not torch.allclose(a, b, atol=atol, rtol=atol, equal_nan=True)
-
-
-def forward_check(what, cls, args, state, x, *, kwargs=None, mode="eval", cut=None, changed=None,
-                  parameters_hint="", runs_hint="", value_hint="", again_hint="", causal_hint="", atol=1e-5):
-    """cls(*args) with `state` loaded, run on x twice in `mode` (and on `changed`: x with tokens `cut` and later
-    changed). Judged in the order a student would debug: parameters, shape, a second call, the input, causality,
-    the values."""
-    p = Program()
-    module = p.call(G(cls), *args, **(kwargs or {}))
-    p.record(module, "its parameters", kind="parameters")
-    p.load(module, state)
-    p.call(module.attr(mode))
-    x_ref = p.tensor(x)
-    p.record(p.call(module, x_ref), "the output")
-    p.record(p.call(module, x_ref), "a second call")
-    p.record(x_ref, "its input after the call")
-    if changed is not None:
-        p.record(p.call(module, p.tensor(changed)), "the output on changed later tokens")
-
-    def judge(got, want):
-        found = first_raised(got)
-        if found:
-            index, record = found
-            return raised_message(what, record, parameters_hint if index < 2 else runs_hint)
-        problem = with_hint(compare(got[0], want[0], f"{what}: its parameters", EXACT), parameters_hint)
-        problem = problem or compare(got[1], want[1], what, EXACT)
-        problem = problem or shape_problem(got[2], want[2], f"{what}: the output", value_hint)
-        if problem:
-            return problem
-        first = tensor_of(got[2])
-        if differ(tensor_of(got[3]), first, 1e-6):
-            return with_hint(f"{what}: a second call in {mode} mode gives another output", again_hint)
-        problem = with_hint(compare(got[4], want[4], f"{what}: its input after the call", EXACT),
-                            "it changed its input: " + INPLACE)
-        if problem:
-            return problem
-        if changed is not None and differ(tensor_of(got[5])[:, :cut], first[:, :cut], 1e-5):
-            return with_hint(f"{what}: the outputs of tokens before {cut} change when tokens {cut} and later change",
-                             causal_hint)
-        return with_hint(compare(got[2], want[2], f"{what}: the output", Expect("", atol=atol)), value_hint)
-
-    return Check(what, p, judge=judge)
-
-
-def dropout_check(what, cls, args, state, x, seed, hint, *, copies=1, mean_hint=""):
-    """cls(*args) in training mode must drop attention weights: its output differs from the eval-mode output (and,
-    over `copies` copies of x in one call, averages to it)."""
-    p = Program()
-    module = p.call(G(cls), *args)
-    p.load(module, state)
-    p.call(module.attr("eval"))
-    x_ref = p.tensor(x)
-    p.record(p.call(module, x_ref), "the output in eval mode")
-    p.call(module.attr("train"))
-    p.seed(seed)
-    p.record(p.call(module, p.call(x_ref.attr("repeat"), copies, 1, 1)), "the output in training mode")
-
-    def judge(got, want):
-        found = first_raised(got)
-        if found:
-            return raised_message(what, found[1])
-        problem = compare(got[0], want[0], what, EXACT)
-        problem = problem or shape_problem(got[1], want[1], f"{what}: the output in eval mode", "")
-        problem = problem or shape_problem(got[2], want[2], f"{what}: the output in training mode", "")
-        if problem:
-            return problem
-        evaluated, trained = tensor_of(got[1]), tensor_of(got[2]).view(copies, *want[1]["tensor"]["shape"])
-        if not (trained[0] - evaluated).abs().nan_to_num(nan=float("inf")).max().item() > 1e-4:
-            return with_hint(f"{what}: the output in training mode equals the output in eval mode", hint)
-        if copies > 1 and differ(trained.mean(0), evaluated, 0.3):
-            return with_hint(f"{what}: the mean of {copies} outputs in training mode is far from the output in eval "
-                             "mode", mean_hint)
-        return None
-
-    return Check(what, p, judge=judge)
-
-
-CLASS = "the class of the result"
-
-
-def returns_check(what, program, hint=""):
-    """The default judge, with a message naming both classes when the record labelled CLASS differs (record
-    `result.__class__.__name__` with that label)."""
-    check = Check(what, program)
-
-    def judge(got, want):
-        for g, w, expect in zip(got, want, program.expects):
-            if expect.label == CLASS and "str" in g and g != w:
-                return with_hint(f"{what} should return a {w['str']}, got a {str(g['str'])[:60]}", hint)
-        return default_judge(check, got, want)
-
-    check.judge = judge
-    return check
-
-
-def built_like_check(what, program, result, cls, args, state, x, seed, hint):
-    """The sizes and dropout rate of `result`, a module that the student's function built with the student's class
-    `cls`: with the same weights loaded, it must compute what cls(*args) computes in the student's own kernel (in
-    eval mode, and in training mode from the same seed). So a bug of the class itself costs nothing here; when the
-    class cannot run at all, only its printed structure and buffers are compared."""
-    p = program
-    same = p.call(G(cls), *args)
-    p.load(result, state)
-    p.load(same, state)
-    labels = ["result repr", "same repr", "result buffers", "same buffers", "same eval", "result eval",
-              "same train", "result train"]
-    first = len(p.expects)
-    p.record(p.call(result.attr("__repr__")), labels[0])
-    p.record(p.call(same.attr("__repr__")), labels[1])
-    p.record(result, labels[2], kind="buffers")
-    p.record(same, labels[3], kind="buffers")
-    x_ref = p.tensor(x)
-    for mode, pair in (("eval", labels[4:6]), ("train", labels[6:])):
-        for module, label in zip((same, result), pair):
-            p.call(module.attr(mode))
-            p.seed(seed)  # the same random numbers for both, should the class draw any
-            p.record(p.call(module, x_ref), label)
-    built = f"{cls}({', '.join(map(repr, args))})"
-
-    def judge(got, want):
-        found = first_raised(got)
-        if found and found[0] < first:
-            return raised_message(what, found[1])
-        count = found[0] if found else len(got)
-        named = dict(zip(labels, got[first:count]))
-        other = with_hint(f"{what} builds a module that differs from {built}", hint)
-        if len(named) < 4:
-            return other
-        if named["result repr"] != named["same repr"] or named["result buffers"] != named["same buffers"]:
-            return other
-        for same_label, result_label in ((labels[4], labels[5]), (labels[6], labels[7])):
-            if same_label not in named:  # the class itself cannot run: its own test says why
-                return None
-            if result_label not in named:
-                return with_hint(f"{what}: the module it returned raised {str(found[1]['raised'])[:80]} where "
-                                 f"{built} runs", hint)
-            if differ(tensor_of(named[result_label]), tensor_of(named[same_label]), 1e-6):
-                return other
-        return None
-
-    return Check(what, p, judge=judge)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -265,20 +71,6 @@ def fixed_weights(d_in, d_out, seed=0, scale=0.5):
         state[f"{name}.weight"] = scale * torch.randn(d_out, fan_in, generator=generator)
     state["out_proj.bias"] = scale * torch.randn(d_out, generator=generator)
     return state
-
-
-def mask_buffer_check(what, cls, args, hint):
-    p = Program()
-    p.record(p.call(G(cls), *args), "its buffers", kind="buffers")
-
-    def judge(got, want):
-        if "raised" in got[0]:
-            return raised_message(what, got[0])
-        if "mask" not in [str(entry[0]) for entry in got[0]["buffers"]]:
-            return with_hint(f"{what} has no buffer named `mask`", hint)
-        return None
-
-    return Check(what, p, judge=judge)
 
 
 def multi_head_attention(inputs):

@@ -5,7 +5,7 @@ import torch
 from attention_course import data
 from attention_grader.judging import (G, Check, Expect, Program, compare, expect_value_error, raised_message,
                                      require_call)
-from attention_grader.judges.step07 import (ANY_VALUES, CLASS, attention_state, built_like_check, dropout_check,
+from attention_grader.judges.common import (ANY_VALUES, CLASS, attention_state, built_like_check, dropout_check,
                                             first_raised, forward_check, linear_state, returns_check, tensor_of,
                                             with_hint, with_later_tokens_changed)
 

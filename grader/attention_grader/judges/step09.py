@@ -4,10 +4,13 @@ Known mistakes are recognised by running the answer key with its `causal_mask_wi
 mask: the answer key's attention and module call it, so a student's module that aligns its mask the wrong way (by
 hand, or through SDPA's is_causal=True) computes what the replaced answer key computes.
 """
+import math
+
 import torch
 
-from attention_grader.judging import G, Check, Program, call_check, compare, expect_value_error, raised_message
-from attention_grader.judges.step07 import (ANY_VALUES, attention_state, dropout_check, first_raised, tensor_of,
+from attention_grader.judging import (G, Check, Inputs, Program, call_check, compare, expect_value_error,
+                                      raised_message)
+from attention_grader.judges.common import (ANY_VALUES, attention_state, dropout_check, first_raised, tensor_of,
                                             with_hint)
 
 TOP_LEFT = ("the causal mask is aligned to the top-left corner, as SDPA's is_causal=True does when T_q != T_k: a new "
@@ -127,6 +130,117 @@ def cache_check(inputs, d_in, d_out, heads, context, num_tokens, b, bias, mode="
     return Check(f"{built} on a random {tuple(x.shape)} input", p, mistakes=MASK_MISTAKES)
 
 
+NEW_ONLY = ("a cached call projects only the new tokens: run W_key and W_value on x (the new tokens), concatenate "
+            "their keys and values to the cached ones, and keep the result; projecting the kept tokens again is the "
+            "work the cache exists to save")
+
+
+def projections_check(inputs, chunks, d_in=4, d_out=6, heads=2, b=2):
+    """Cached calls of a module in eval mode, watched in the kernel: the inputs W_key and W_value see must be the new
+    tokens only (a teaching check: a student who replaces the probe could forge it)."""
+    context = sum(chunks)
+    what = (f"MultiHeadAttentionWithCache({d_in}, {d_out}, {context}, 0.0, {heads}) fed chunks of {chunks} tokens "
+            "with use_cache=True, watching what W_key and W_value receive")
+    x = inputs.randn(b, context, d_in)
+    p = Program()
+    module = p.call(G("MultiHeadAttentionWithCache"), d_in, d_out, context, 0.0, heads)
+    p.call(module.attr("eval"))
+    firsts = torch.tensor([0] + chunks).cumsum(0).tolist()
+    for first, size in zip(firsts, chunks):
+        p.record(p.call(module, p.tensor(x[:, first:first + size]), use_cache=True,
+                        inputs_of={"W_key": module.attr("W_key"), "W_value": module.attr("W_value")}),
+                 "the output", CACHE_HINT, atol=1e-5, rtol=1e-5)
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1], CACHE_HINT)
+        for index, (first, size) in enumerate(zip(firsts, chunks)):
+            seen = got[2 * index].get("inputs_of") if isinstance(got[2 * index], dict) else None
+            if not isinstance(seen, dict):
+                return f"{what}: what the layers received was not recorded"
+            for layer in ("W_key", "W_value"):
+                shapes = seen.get(layer)
+                if not isinstance(shapes, list) or not shapes:
+                    return with_hint(f"{what}: the call with tokens {first}-{first + size - 1} never calls "
+                                     f"self.{layer}", NEW_ONLY)
+                for shape in shapes:
+                    tokens = (math.prod(shape[:-1]) // b if isinstance(shape, list) and shape and all(
+                        isinstance(n, int) for n in shape) else None)
+                    if tokens != size:
+                        return with_hint(f"{what}: with {first} tokens cached, the call with {size} new tokens gives "
+                                         f"self.{layer} an input of shape {tuple(shape) if isinstance(shape, list) else shape}"
+                                         f" ({tokens} tokens per sequence, not only the {size} new ones)", NEW_ONLY)
+        return None
+
+    return Check(what, p, judge=judge, mistakes=MASK_MISTAKES)
+
+
+DROPOUT_SCALE = ("nn.Dropout zeroes each weight with probability p and multiplies the survivors by 1 / (1 - p), so "
+                 "that the output keeps its expected value: apply self.dropout (an nn.Dropout) to the attention weights")
+
+
+def dropout_distribution_check(seed, p_drop=0.5, b=16, num_tokens=6, heads=2):
+    """Dropout's scale and distribution, seen through the output: with zero queries every visible key gets the
+    weight 1 / (i + 1), and with one-hot values and an identity out_proj the output holds the dropped weights
+    themselves. In training mode each must be 0 or 1 / ((i + 1)(1 - p)), about a fraction p of them 0."""
+    d_in, head_dim = num_tokens, num_tokens
+    d_out = heads * head_dim
+    what = (f"MultiHeadAttentionWithCache({d_in}, {d_out}, {num_tokens}, {p_drop}, {heads}) in training mode, with "
+            "weights that make its output the attention weights after dropout")
+    state = {"W_query.weight": torch.zeros(d_out, d_in), "W_key.weight": torch.zeros(d_out, d_in),
+             "W_value.weight": torch.eye(num_tokens).repeat(heads, 1), "out_proj.weight": torch.eye(d_out),
+             "out_proj.bias": torch.zeros(d_out)}
+    x = torch.eye(num_tokens).expand(b, num_tokens, num_tokens).contiguous()
+    p = Program()
+    module = p.call(G("MultiHeadAttentionWithCache"), d_in, d_out, num_tokens, p_drop, heads)
+    p.load(module, state)
+    p.call(module.attr("train"))
+    p.seed(seed)
+    x_ref = p.tensor(x)
+    p.record(p.call(module, x_ref), "the output without the cache")
+    cut = num_tokens // 2
+    for first, last in ((0, cut), (cut, num_tokens)):
+        p.record(p.call(module, p.tensor(x[:, first:last]), use_cache=True), f"the output of tokens {first}-{last - 1}"
+                 " with use_cache=True")
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1])
+        problem = compare(got[0], want[0], f"{what}: the weights", ANY_VALUES)
+        if problem:
+            return with_hint(problem, PARAMETERS)
+        rows = []
+        for record, want_record, first in ((got[1], want[1], 0), (got[2], want[2], 0), (got[3], want[3], cut)):
+            problem = compare(record, want_record, what, ANY_VALUES) if "tensor" not in record else None
+            if problem or record["tensor"]["shape"] != want_record["tensor"]["shape"]:
+                return problem or compare(record, want_record, what, ANY_VALUES)
+            out = tensor_of(record)
+            rows += [(first + i, out[:, i].reshape(b, heads, head_dim)) for i in range(out.shape[1])]
+        visible, future = [], []
+        for position, dropped in rows:
+            visible.append((dropped[..., :position + 1] * (position + 1)).flatten())  # 0 or 1 / (1 - p) each
+            future.append(dropped[..., position + 1:].flatten())
+        visible, future = torch.cat(visible), torch.cat(future)
+        if future.numel() and future.abs().max() > 1e-5:
+            return with_hint(f"{what}: a token gets weight from a later token", CACHE_HINT)
+        zeroed = visible.abs() < 1e-5
+        fraction = zeroed.double().mean().item()
+        survivors = visible[~zeroed]
+        if abs(fraction - p_drop) > 0.1:
+            return with_hint(f"{what}: {fraction:.0%} of the attention weights are zero in training mode, expected "
+                             f"about p = {p_drop:.0%} (dropout zeroes each weight with probability p)", DROPOUT_SCALE)
+        if survivors.numel() and not torch.allclose(survivors, torch.full_like(survivors, 1 / (1 - p_drop)),
+                                                    atol=1e-4, rtol=1e-4):
+            scale = survivors.median().item()
+            return with_hint(f"{what}: the weights that survive dropout are multiplied by {scale:.3g}, not by "
+                             f"1 / (1 - p) = {1 / (1 - p_drop):.3g}", DROPOUT_SCALE)
+        return None
+
+    return Check(what, p, judge=judge)
+
+
 def attention_with_cache(inputs):
     checks = []
     for d_in, d_out, heads, context, num_tokens, b, bias in [(3, 4, 2, 6, 6, 2, False), (5, 6, 3, 9, 7, 2, True),
@@ -138,6 +252,8 @@ def attention_with_cache(inputs):
                                 "MultiHeadAttentionWithCache", (4, 8, 6, 0.5, 2), attention_state(inputs, 4, 8, False),
                                 inputs.randn(3, 6, 4), inputs.seed(), "apply self.dropout to the attention weights, as "
                                 "in step 7"))
+    checks += [projections_check(inputs, [3, 1, 2]), projections_check(inputs, [1, 1, 4], d_in=3, d_out=4, b=1),
+               dropout_distribution_check(inputs.seed())]
     return checks
 
 
@@ -150,27 +266,43 @@ def value_error_check(what, args, argument, x=None):
 
 
 def overflow_check(context, chunks, d_in=3):
-    """Chunks with use_cache=True: all but the last fit in context_length (each must run), the last one passes it."""
+    """Chunks with use_cache=True: all but the last fit in context_length (each must run), the last one passes it and
+    must be refused with a ValueError before the cache changes: one more token, which fits, runs next."""
     what = (f"MultiHeadAttentionWithCache({d_in}, 4, {context}, 0.0, 2) fed chunks of {chunks} tokens with "
             "use_cache=True")
+    kept = sum(chunks[:-1])
     p = Program()
     module = p.call(G("MultiHeadAttentionWithCache"), d_in, 4, context, 0.0, 2)
-    for size in chunks[:-1]:
-        p.record(p.call(module, p.tensor(torch.zeros(1, size, d_in)), use_cache=True), "a chunk that fits")
-    p.call(module, p.tensor(torch.zeros(1, chunks[-1], d_in)), use_cache=True)
-    check = expect_value_error(what, p, "context_length")
-    raises = check.judge
+    p.load(module, attention_state(Inputs(context), d_in, 4, False), hint=PARAMETERS)
+    p.call(module.attr("eval"))
+    x = torch.linspace(-1, 1, (context + chunks[-1]) * d_in).reshape(1, context + chunks[-1], d_in)
+    for first, size in zip(torch.tensor([0] + chunks[:-1]).cumsum(0).tolist(), chunks[:-1]):
+        p.record(p.call(module, p.tensor(x[:, first:first + size]), use_cache=True), "a chunk that fits")
+    p.call(module, p.tensor(x[:, kept:kept + chunks[-1]]), use_cache=True, catch=True)
+    if context - kept >= 2:  # one more token still fits, unless the refused call grew the cache
+        p.call(module, p.tensor(x[:, kept:kept + 1]), use_cache=True)
+    refused = len(chunks)  # after the loaded weights and the chunks that fit
 
     def judge(got, want):
-        early = next((index for index, record in enumerate(got[:len(chunks) - 1]) if "raised" in record), None)
+        if got and "raised" in got[0]:
+            return raised_message(what, got[0])
+        early = next((index for index, record in enumerate(got[1:refused], 1) if "raised" in record), None)
         if early is not None:
-            return raised_message(f"{what}: chunk {early + 1}, which fits in context_length", got[early],
+            return raised_message(f"{what}: chunk {early}, which fits in context_length", got[early],
                                   "the kept and new tokens may fill context_length exactly; raise only when they "
                                   "would pass it")
-        return raises(got, want)
+        caught = got[refused].get("caught", False) if len(got) > refused and isinstance(got[refused], dict) else False
+        if caught is False:
+            return f"{what}: what the last chunk raised was not recorded"
+        problem = raises([*got[1:refused], *([caught] if caught else [])], want)
+        if problem or len(got) <= refused + 1 or got[refused + 1].get("raised") != "ValueError":
+            return problem  # another error of the cache is the cached-attention cell's to judge
+        return with_hint(f"{what}: after the refused chunk, one more token (which fits with the {kept} kept) was "
+                         "refused too: the refused call changed the cache", "check that the tokens fit before you "
+                         "write the cache: a refused call must leave the cache as it was")
 
-    check.judge = judge
-    return check
+    raises = expect_value_error(what, p, "context_length").judge
+    return Check(what, p, judge=judge)
 
 
 def attention_with_cache_arguments(inputs):

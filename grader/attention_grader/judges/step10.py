@@ -9,13 +9,18 @@ import functools
 import torch
 
 from attention_course import data
-from attention_grader.judging import (G, Check, Expect, Program, call_check, compare, expect_value_error, forbid_calls,
-                                      raised_message)
-from attention_grader.judges.step07 import first_raised, with_hint
+from attention_grader.judging import (METHODS, G, Check, Expect, Program, StudentCode, allow_only, call_check, compare,
+                                      expect_value_error, raised_message)
+from attention_grader.judges.common import first_raised, with_hint
+from attention_course.memory import OpTrace
 
 SCORES = data.journey_inputs() @ data.journey_inputs().T
-NO_SOFTMAX = ("the exercise asks you to write the loop: a running maximum and sum over blocks (no torch.softmax, "
-              "F.softmax, x.softmax, nn.Softmax or logsumexp)")
+NO_SOFTMAX = ("the exercise asks you to write the loop: a running maximum and sum over blocks, with elementary "
+              "operations (exp, max, sum, indexing...) and helpers of your own; no library softmax or log-sum-exp "
+              "(torch.softmax, F.softmax, x.softmax, nn.Softmax, logsumexp) nor names reached by getattr, eval or "
+              "torch.ops")
+NO_SDPA = ("write the loop over blocks of keys yourself, with a running maximum, sum and output per query (no softmax "
+           "over whole rows of scores, no library attention: SDPA and its kernels are what it is compared with)")
 NO_RESCALE = ("when the maximum grows from m to m_new, the sum so far was computed with the old maximum: multiply it "
               "by exp(m - m_new) before adding the block's terms")
 NO_MAX = "exp of a large score overflows to inf: subtract the running maximum before exponentiating"
@@ -106,26 +111,86 @@ def is_validation(node):
 
 def uses_block_size(sources):
     """The second parameter of online_softmax, whatever its name, is used to compute, not only to be checked."""
-    try:
-        tree = ast.parse(sources.get("online_softmax", ""))
-    except SyntaxError:
-        return None  # the kernel reports that
-    function = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "online_softmax"), None)
+    code = StudentCode(sources)
+    function = next((node for _, node in reversed(code.bindings.get("online_softmax", ()))
+                     if isinstance(node, ast.FunctionDef)), None)
     parameters = function.args.posonlyargs + function.args.args if function else []
     if len(parameters) < 2:
-        return None  # the calls fail and say so
+        return None  # not written as a def (the rule about how says why), or the calls fail and say so
     name = parameters[1].arg
-    checks = [n for n in ast.walk(tree) if is_validation(n)]
+    checks = [n for n in ast.walk(function) if is_validation(n)]
     checked = {id(n) for check in checks for n in ast.walk(check)}
-    if any(isinstance(n, ast.Name) and n.id == name and id(n) not in checked for n in ast.walk(tree)):
+    if any(isinstance(n, ast.Name) and n.id == name and id(n) not in checked for n in ast.walk(function)):
         return None
     return (f"online_softmax never computes with {name} (its block size)\n  likely mistake: loop over blocks of "
             f"{name} columns, keeping a running maximum and sum (one pass), instead of computing the whole row at once")
 
 
+LIBRARY_SOFTMAX = {"_softmax", "_log_softmax", "_safe_softmax", "softmax", "log_softmax", "logsumexp",
+                   "logcumsumexp"}
+TWO_PASS = ("the first pass over the blocks computes only the maximum: that is a two-pass softmax (maximum first, "
+            "sums second). Keep a running sum with the running maximum, in the same pass, and rescale the sum by "
+            "exp(m - m_new) when the maximum grows")
+WHOLE_ROW = ("loop over blocks of block_size columns and compute with each block (its maximum, its exponentials), "
+             "updating a running maximum and sum; only the final exp(x - m) / l may read the whole row")
+
+
+def dispatched(what, record, forbidden, hint):
+    """A message when the operations the call ran (recorded in the kernel) include a library's softmax/attention."""
+    used = sorted({str(op) for op in record["trace"]["ops"] if str(op) in forbidden or str(op).startswith(
+        ("_scaled_dot_product", "_flash_attention", "_efficient_attention", "_fused_sdp", "_cudnn_attention"))})
+    if used:
+        return with_hint(f"{what} ran aten.{used[0]}, a library's {'softmax' if 'softmax' in used[0] else 'kernel'}",
+                         hint)
+    return None
+
+
+def one_pass_check(x, block_size):
+    """online_softmax(x, block_size) on one row, traced in the kernel: it must read the row block by block, computing
+    exponentials in the same pass as the running maximum, and read the whole row only at the end (a teaching check:
+    a student who replaces the probe could forge the trace)."""
+    length = x.shape[-1]
+    what = f"online_softmax on a row of {length} scores, block_size={block_size}, watched operation by operation"
+    p = Program()
+    p.record(p.call(G("online_softmax"), p.tensor(x), block_size, trace=0), "the result", GENERIC_SOFTMAX,
+             atol=1e-5)
+    count = -(-length // block_size)
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1])
+        trace = got[0].get("trace") if isinstance(got[0], dict) else None
+        if not isinstance(trace, dict) or not isinstance(trace.get("ops"), list) or not isinstance(trace.get("reads"),
+                                                                                                  list):
+            return f"{what}: its operations were not recorded"
+        problem = dispatched(what, got[0], LIBRARY_SOFTMAX, NO_SOFTMAX)
+        if problem:
+            return problem
+        ops, first, wide = trace["ops"], {}, []
+        for index, start, stop in trace["reads"]:
+            if str(ops[index]) in OpTrace.COPIES:
+                continue
+            if start // block_size == (stop - 1) // block_size:
+                first.setdefault(start // block_size, index)
+            else:
+                wide.append(index)
+        missing = [k for k in range(count) if k not in first]
+        last = first.get(count - 1)
+        if missing or any(index < last for index in wide):
+            return with_hint(f"{what}: it reads the whole row at once"
+                             + (f", and no operation reads block {missing[0]} alone" if missing else
+                                " before it has gone through the blocks"), WHOLE_ROW)
+        if count > 1 and not any(str(op).startswith(("exp", "logaddexp")) for op in ops[first[0]:last]):
+            return with_hint(f"{what}: it reads every block before computing any exponential", TWO_PASS)
+        return with_hint(compare(got[1], want[1], f"{what}: the result", Expect("", atol=1e-5, rtol=1e-4)),
+                         GENERIC_SOFTMAX)
+
+    return Check(what, p, judge=judge)
+
+
 def online_softmax(inputs):
-    checks = [forbid_calls("online_softmax", "online_softmax", {"softmax", "Softmax", "log_softmax", "logsumexp"},
-                           NO_SOFTMAX),
+    checks = [*allow_only("online_softmax", "online_softmax", NO_SOFTMAX, extra={"logaddexp"}),
               Check("online_softmax", source_rule=uses_block_size)]
     cases = [(f"online_softmax(attn_scores[1], block_size={b})", SCORES[1], b) for b in (1, 4, 5, 6, 7)]
     cases.append(("online_softmax(1000 * attn_scores, block_size=2)", 1000 * SCORES, 2))
@@ -140,6 +205,8 @@ def online_softmax(inputs):
         check = call_check(what, "online_softmax", x, block_size, hint=GENERIC_SOFTMAX, atol=1e-5, rtol=1e-4)
         check.mistakes = SOFTMAX_MISTAKES
         checks.append(check)
+    checks += [one_pass_check(torch.arange(12, dtype=torch.float32) * 0.5, 3),
+               one_pass_check(inputs.randn(10, scale=3.0), 4)]
     return checks
 
 
@@ -148,14 +215,34 @@ def online_softmax(inputs):
 # ---------------------------------------------------------------------------------------------------------------
 
 def no_sdpa():
-    return forbid_calls("tiled_attention", "tiled_attention",
-                        {"scaled_dot_product_attention", "softmax", "Softmax", "log_softmax"},
-                        "write the loop over blocks of keys yourself, with a running maximum, sum and output per "
-                        "query (no softmax over whole rows of scores); SDPA is what it is compared with")
+    return allow_only("tiled_attention", "tiled_attention", NO_SDPA, extra={"logsumexp", "logaddexp"},
+                      methods=METHODS | {"logsumexp", "logaddexp"})
+
+
+def kernel_check(inputs, causal):
+    """tiled_attention traced in the kernel: no library attention kernel or softmax among the operations it ran."""
+    what = "tiled_attention on random (2, 9, 4) inputs, block_size=3" + (", causal=True" if causal else "")
+    p = Program()
+    q, k, v = (p.tensor(inputs.randn(2, 9, 4)) for _ in range(3))
+    p.record(p.call(G("tiled_attention"), q, k, v, 3, trace=0, **({"causal": True} if causal else {})),
+             "the output", GENERIC_TILED)
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1])
+        if not isinstance(got[0], dict) or not isinstance(got[0].get("trace"), dict) or not isinstance(
+                got[0]["trace"].get("ops"), list):
+            return f"{what}: its operations were not recorded"
+        return dispatched(what, got[0], {"_softmax", "_log_softmax", "_safe_softmax", "softmax", "log_softmax"},
+                          NO_SDPA) or with_hint(compare(got[1], want[1], f"{what}: the output",
+                                                        Expect("", atol=1e-4, rtol=1e-4)), GENERIC_TILED)
+
+    return Check(what, p, judge=judge, mistakes=ATTENTION_MISTAKES)
 
 
 def attention_checks(inputs, causal):
-    checks = [no_sdpa()]
+    checks = no_sdpa()
     cases = [((), 6, 3, 2, 1.0), ((1, 2), 10, 4, 1, 1.0), ((2, 3), 11, 5, 4, 1.0), ((2,), 7, 8, 7, 1.0),
              ((1, 1), 9, 4, 16, 1.0), ((3, 2), 16, 6, 5, 50.0), ((2, 2), 13, 8, 3, 30.0), ((1,), 1, 4, 2, 1.0)]
     for leading, num_tokens, d, block_size, scale in cases:
@@ -176,7 +263,7 @@ def attention_checks(inputs, causal):
                        atol=2e-3, rtol=1e-3, **({"causal": True} if causal else {}))
     check.mistakes = ATTENTION_MISTAKES
     checks.append(check)
-    return checks
+    return checks + [kernel_check(inputs, causal)]
 
 
 def tiled_attention(inputs):
@@ -217,7 +304,7 @@ def memory_check(inputs, num_tokens, d, block_size, causal):
 
 
 def tiled_attention_memory(inputs):
-    return [no_sdpa()] + [memory_check(inputs, num_tokens, d, block_size, causal)
+    return no_sdpa() + [memory_check(inputs, num_tokens, d, block_size, causal)
                           for num_tokens, d, block_size, causal in [(250, 16, 32, False), (256, 16, 32, True),
                                                                     (320, 8, 48, False), (200, 4, 64, True)]]
 
