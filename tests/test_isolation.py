@@ -344,3 +344,35 @@ def test_a_test_cell_leaves_nothing_for_later_cells():
     nb = new_notebook(cells=cells)
     forking.ForkingExecute(timeout=10, memory_limit=1 << 30).preprocess(nb, {})
     assert text(nb.cells[2].outputs) == "[] False False False\n", [c.outputs for c in nb.cells]
+
+
+def planned_sources(nb, tmp_path):
+    from traitlets.config import Config
+
+    from attention_grader.judging import PlanHiddenChecks
+    config = Config()
+    config.CourseDirectory.root = str(tmp_path)
+    planner = PlanHiddenChecks(config=config, secret_file=str(tmp_path / "secret"))
+    nb, _ = planner.preprocess(nb, {"nbgrader": {"assignment": KV, "student": "ada", "notebook": KV}})
+    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
+            if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"].get("solution")}
+
+
+def test_stand_in_tables_go_only_to_cells_whose_earlier_parts_were_graded_before(tmp_path):
+    """A test cell moved below a later part's would otherwise run after that part's stand-in table reached the
+    notebook: an executor rewritten from inside could keep the table and answer the moved part from it."""
+    nb = harness.variant_notebook(KV, {})
+    assert "probe.stand_in(" in planned_sources(nb, tmp_path)["test_cached_attention"]
+    cells = nb.cells
+    first = next(i for i, c in enumerate(cells) if c.metadata.get("nbgrader", {}).get("grade_id") == "test_causal_mask_with_offset")
+    cells.append(cells.pop(first))  # Part 1's test cell moved to the end
+    planned = planned_sources(nb, tmp_path)
+    assert not any("probe.stand_in(" in source for source in planned.values())
+
+
+@pytest.mark.parametrize("step", harness.course.steps())
+def test_judges_list_test_cells_in_the_exercise_s_order(step):
+    """The order PlanHiddenChecks compares a submission's test cells with."""
+    from attention_grader.judging import autograded_test_cells, judges_of
+    nb = harness.source_notebook(step)
+    assert [cell_id for cell_id, _ in autograded_test_cells(nb)] == list(judges_of(step).CELLS)

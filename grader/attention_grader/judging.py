@@ -864,11 +864,17 @@ class PlanHiddenChecks(NbGraderPreprocessor):
         info = resources["nbgrader"]
         secret = read_secret(self.secret_file or Path(coursedir.root) / ".grading_secret")
         plans = {}
-        for cell_id, cell in autograded_test_cells(nb):
+        judges = judges_of(info["assignment"])
+        order = [cell_id for cell_id, _ in autograded_test_cells(nb)]
+        exercise_order = [cell_id for cell_id in judges.CELLS if cell_id in order]
+        for position, (cell_id, cell) in enumerate(autograded_test_cells(nb)):
             checks = plan_cell(info["assignment"], cell_id,
                                hidden_seed(secret, info["assignment"], info["student"], cell_id))
             plans[cell_id] = checks
-            stand_in = getattr(judges_of(info["assignment"]), "STAND_INS", {}).get(cell_id)
+            # A stand-in's answers reach a cell only when every test cell before it in the exercise ran before it: the
+            # part it stands in for was graded already, so nothing kept of the table can earn that part a point.
+            in_order = order[:position + 1] == exercise_order[:exercise_order.index(cell_id) + 1]
+            stand_in = getattr(judges, "STAND_INS", {}).get(cell_id) if in_order else None
             cell.source = with_probe(cell.source, cell_id, checks, stand_in and stand_in())
         resources["hidden_checks"] = plans
         resources["planning_seconds"] = time.perf_counter() - started
@@ -952,6 +958,17 @@ def judge_check(check, got, namespace, sources):
         return f"{check.what}: the records of this check are malformed ({type(error).__name__})"
 
 
+def _name_error_hint(error):
+    """A test cell runs on its own (in a throwaway copy of the notebook's process), so a function that reads a
+    variable another test cell made finds nothing: say so."""
+    if error.get("ename") != "NameError":
+        return error
+    hint = ("\n  likely mistake: the code reads a variable of the notebook that this test cell does not have (test "
+            "cells run on their own, so names another test cell made are not there): a function should use its own "
+            "arguments and a module the module's attributes, never notebook globals")
+    return _error("NameError", str(error.get("evalue", "")) + hint)
+
+
 def verdict(outputs, cell_id, checks, namespace, sources):
     """(new outputs of a test cell, flags): the judges' verdicts, or the kernel's own error."""
     probed = [c for c in checks if c.program is not None]
@@ -960,7 +977,7 @@ def verdict(outputs, cell_id, checks, namespace, sources):
     printed = [o for o in before if o.get("name") != "stderr"]
     warned = [o for o in before if o.get("name") == "stderr"]
     if errors:
-        return printed + errors + warned, []
+        return printed + [_name_error_hint(e) for e in errors] + warned, []
     if problem:
         return printed + [_error("RecordError", problem)] + warned, ["bad records"]
     got = dict(zip(map(id, probed), records))

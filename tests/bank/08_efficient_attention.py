@@ -267,7 +267,7 @@ VARIANTS = {
         "cells": {"sdpa_causal_bool_mask":
                   "def sdpa_causal_bool_mask(num_tokens):\n"
                   "    return torch.triu(torch.ones(num_tokens, num_tokens, dtype=torch.bool), diagonal=1)\n"},
-        "fails": {"test_sdpa_causal_bool_mask": "opposite of step 4"},
+        "fails": {"test_sdpa_causal_bool_mask": "opposite of step 04"},
     },
     # Step 4's mask (True = blocked) passed to SDPA, which reads True as "may attend".
     "sdpa_inverted_bool_mask": {

@@ -31,7 +31,7 @@ def keeps_input_check(what, function, x, *args, hint, input_hint, atol=1e-5):
 def causal_mask(inputs):
     p = Program()
     p.record(p.call(G("causal_mask"), 4), "the result",
-             "a bool tensor, True strictly above the diagonal: torch.triu(..., diagonal=1). torch.tril hides the past "
+             "a bool tensor, True strictly above the diagonal: torch.triu(..., diagonal=1). torch.tril blocks the past "
              "instead, and diagonal=0 would hide each token from itself")
     checks = [Check("causal_mask(4)", p)]
     for num_tokens in (1, 2, 5, 9, inputs.randint(3, 17)):

@@ -20,7 +20,7 @@ COMBINED_HINTS = dict(
                "sqrt(head_dim) before the softmax",
     again_hint="eval mode must be deterministic: use nn.Dropout so that model.eval() turns it off",
     causal_hint="a token must not see later tokens: mask the scores above the diagonal with -inf")
-MASK_CONVENTION = ("SDPA reads a bool attn_mask as True = may attend, the opposite of step 4's causal_mask (True = "
+MASK_CONVENTION = ("SDPA reads a bool attn_mask as True = may attend, the opposite of step 04's causal_mask (True = "
                    "blocked)")
 SDPA_HINTS = dict(
     parameters_hint="W_query, W_key, W_value = nn.Linear(d_in, d_out, bias=qkv_bias) and out_proj = "

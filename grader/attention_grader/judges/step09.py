@@ -17,7 +17,7 @@ TOP_LEFT = ("the causal mask is aligned to the top-left corner, as SDPA's is_cau
             "query i is token T_k - T_q + i and may see keys 0 .. T_k - T_q + i (the mask's diagonal ends in the "
             "bottom-right corner)")
 OFF_BY_ONE = "the offset is off by one: query i may see keys 0 .. T_k - T_q + i, itself included, and no later key"
-CONVENTION = "True means blocked (step 4's convention), the opposite of SDPA's attn_mask"
+CONVENTION = "True means blocked (step 04's convention), the opposite of SDPA's attn_mask"
 CACHE_HINT = ("with use_cache=True the new queries attend to the kept keys and values and the new ones (torch.cat "
               "along the tokens, dim 2 of (b, num_heads, T, head_dim)), with the mask aligned to the bottom-right "
               "corner; keep the concatenated keys and values for the next call")

@@ -153,7 +153,7 @@ def mask_check(lengths, num_tokens):
             return None
         problem = f"{what} has the wrong entries ({int((actual != expected).sum())} differ)"
         positions, ends = torch.arange(num_tokens), torch.tensor(lengths)[:, None]
-        for wrong, hint in ((~expected, "True means padding, blocked (step 4's convention): True = keep is SDPA's "
+        for wrong, hint in ((~expected, "True means padding, blocked (step 04's convention): True = keep is SDPA's "
                                         "attn_mask convention"),
                             (positions > ends, "off by one: position lengths[k] is the first padded one (>=, not >)"),
                             (positions < num_tokens - ends, "the padding goes at the end (right padding): the real "
