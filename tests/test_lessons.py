@@ -109,6 +109,10 @@ META_CALLS = {
          (2, 4, 8)),
         ("GroupedQueryAttention, a prompt then one cached token", lambda ns: gqa_cached_twice(ns), (2, 1, 8)),
     ],
+    "12_tiny_gpt": [
+        ("TinyGPT", lambda ns: on_meta(ns["TinyGPT"](11, 8, 2, 2, 6, 0.0))(torch.zeros(2, 5, dtype=torch.long, device="meta")),
+         (2, 5, 11)),
+    ],
 }
 
 

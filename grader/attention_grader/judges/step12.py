@@ -1,0 +1,479 @@
+"""Judges of step 12: multi-head attention, a pre-LayerNorm transformer block, a tiny GPT, sampling, a training step.
+
+Each part is graded on its own. The block's check also records the student's own attention on the inputs the block
+gives it (computed here from the loaded weights), and accepts a block that computes the right thing from those
+outputs; the model's check records the student's blocks one after the other on the embeddings computed here, and
+accepts a model that is right given its blocks. `generate` and `train_step` run on the notebook's locked
+`BigramModel`, not on the student's model. Sampling is judged by its statistics, not by the draws (any correct use
+of the generator passes): tokens outside the top k, and frequencies that fit another temperature, are named.
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+
+from attention_grader.judging import G, Check, Program, compare, default_judge, expect_value_error, generator
+from attention_grader.judges.common import attention_state, first_raised, linear_state, tensor_of, with_hint
+
+MHA_PARAMETERS = ("W_query, W_key, W_value = nn.Linear(d_in, d_out, bias=qkv_bias), out_proj = nn.Linear(d_out, "
+                  "d_out), as in step 7")
+MHA_VALUES = ("split heads, scores / sqrt(head_dim), causal mask, softmax over the keys, weighted sum of the values, "
+              "merge the heads, out_proj")
+SEES_FUTURE = ("the outputs at earlier positions changed when only later tokens changed: the attention sees the "
+               "future (mask the scores above the diagonal before the softmax, and keep the result of masked_fill)")
+BLOCK_PARAMETERS = ("norm1 and norm2 = nn.LayerNorm(d_model), att = MultiHeadAttention(d_model, d_model, "
+                    "context_length, dropout, num_heads), ff = nn.Sequential(nn.Linear(d_model, 4 * d_model), "
+                    "nn.GELU(), nn.Linear(4 * d_model, d_model))")
+BLOCK_HINT = "x = x + dropout(att(norm1(x))), then x = x + dropout(ff(norm2(x)))"
+POST_LN = ("this is a post-LayerNorm block (norm after the residual add, as in the 2017 Transformer); this course, "
+           "like GPT-2, normalises inside each branch: x + att(norm1(x)), then x + ff(norm2(x))")
+NORMED_RESIDUAL = ("the residual adds the normalised input (norm1(x) + att(norm1(x))): it must add the branch's own "
+                   "input, x + att(norm1(x))")
+NO_RESIDUAL = "a residual connection is missing: each branch's output is added to its input, x + att(norm1(x))"
+GPT_PARAMETERS = ("tok_emb = nn.Embedding(vocab_size, d_model), pos_emb = nn.Embedding(context_length, d_model), "
+                  "blocks (nn.ModuleList of TransformerBlock), final_norm = nn.LayerNorm(d_model), out_head = "
+                  "nn.Linear(d_model, vocab_size, bias=False)")
+GPT_HINT = "tok_emb(idx) + pos_emb(positions 0 .. T-1), every block in order, final_norm, out_head"
+GENERATE_HINT = ("run the model on idx[:, -model.context_length:], keep the logits of the last position, divide by "
+                 "the temperature, keep the top_k largest, softmax, torch.multinomial, append")
+TEMPERATURE_IGNORED = "the temperature is ignored: divide the logits by it before the softmax"
+TEMPERATURE_INVERTED = "the logits are multiplied by the temperature: divide them by it"
+TOP_K_IGNORED = "set every logit below the k-th largest of its row to -inf before the softmax (top_k was ignored)"
+TRAIN_HINT = ("logits = model(inputs); loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten()); "
+              "optimizer.zero_grad(); loss.backward(); optimizer.step(); return loss.item()")
+
+
+def changed_later(inputs, x, cut, vocab_size=None):
+    changed = x.clone()
+    if vocab_size is None:
+        changed[:, cut:] += inputs.randn(*changed[:, cut:].shape)
+    else:
+        changed[:, cut:] = (changed[:, cut:] + 1 + inputs.randint(0, vocab_size - 1)) % vocab_size
+    return changed
+
+
+def built_right(check, got, want):
+    """The module has the contract's parameters and took the weights (records 0 and 1): only then may its outputs be
+    judged from the records of its own parts."""
+    return all(len(got) > i and compare(got[i], want[i], "", check.program.expects[i]) is None for i in (0, 1))
+
+
+def sees_future(got, first, second, cut):
+    """True when the student's outputs before `cut` differ between the two inputs (records first, second)."""
+    try:
+        a, b = tensor_of(got[first]), tensor_of(got[second])
+        return a.shape == b.shape and not torch.allclose(a[:, :cut], b[:, :cut], atol=1e-5)
+    except (KeyError, TypeError, RuntimeError, IndexError):
+        return False
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Part 1: MultiHeadAttention
+# ---------------------------------------------------------------------------------------------------------------
+
+def mha_check(inputs, d_in, d_out, context, heads, b, num_tokens, bias):
+    what = (f"MultiHeadAttention({d_in}, {d_out}, {context}, 0.0, num_heads={heads}, qkv_bias={bias}) on a random "
+            f"({b}, {num_tokens}, {d_in}) input")
+    state, x = attention_state(inputs, d_in, d_out, bias), inputs.randn(b, num_tokens, d_in)
+    cut = max(1, num_tokens // 2)
+    p = Program()
+    module = p.call(G("MultiHeadAttention"), d_in, d_out, context, 0.0, heads, qkv_bias=bias)
+    p.record(module, "its parameters", MHA_PARAMETERS, kind="parameters")
+    p.load(module, state, hint=MHA_PARAMETERS)
+    p.call(module.attr("eval"))
+    p.record(p.call(module, p.tensor(x)), "the output", MHA_VALUES)
+    p.record(p.call(module, p.tensor(changed_later(inputs, x, cut))), f"the output after tokens {cut}.. changed",
+             MHA_VALUES)
+
+    def judge(got, want):
+        problem = default_judge(check, got, want)
+        if problem and num_tokens > 1 and sees_future(got, 2, 3, cut):
+            return problem.split("\n  likely mistake: ")[0] + f"\n  likely mistake: {SEES_FUTURE}"
+        return problem
+
+    check = Check(what, p, judge=judge)
+    return check
+
+
+def multi_head_attention(inputs):
+    checks = [mha_check(inputs, *case) for case in [(6, 8, 5, 2, 2, 5, False), (4, 12, 8, 3, 1, 7, True),
+                                                    (5, 6, 6, 1, 3, 4, False), (3, 16, 9, 4, 2, 9, False),
+                                                    (7, 10, 4, 5, 2, 1, True)]]
+    p = Program()
+    p.call(G("MultiHeadAttention"), 4, 9, 5, 0.0, 2)
+    checks.append(expect_value_error("MultiHeadAttention(4, 9, 5, 0.0, num_heads=2)", p, "d_out"))
+    p = Program()
+    p.call(p.call(G("MultiHeadAttention"), 4, 8, 5, 0.0, 2), p.tensor(torch.zeros(1, 6, 4)))
+    checks.append(expect_value_error("MultiHeadAttention(4, 8, 5, 0.0, num_heads=2) on 6 tokens", p, "context_length"))
+    return checks
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Part 2: TransformerBlock
+# ---------------------------------------------------------------------------------------------------------------
+
+def norm_state(inputs, name, d):
+    return {f"{name}.weight": 1.0 + inputs.randn(d, scale=0.3), f"{name}.bias": inputs.randn(d, scale=0.3)}
+
+
+def block_state(inputs, d_model, prefix=""):
+    state = {**norm_state(inputs, "norm1", d_model), **norm_state(inputs, "norm2", d_model),
+             **{f"att.{k}": v for k, v in attention_state(inputs, d_model, d_model, False).items()},
+             **linear_state(inputs, "ff.0", d_model, 4 * d_model), **linear_state(inputs, "ff.2", 4 * d_model,
+                                                                                   d_model)}
+    return {prefix + k: v for k, v in state.items()}
+
+
+def layer_norm(x, state, name):
+    return F.layer_norm(x.double(), x.shape[-1:], state[f"{name}.weight"].double(), state[f"{name}.bias"].double())
+
+
+def feed_forward(x, state):
+    hidden = F.gelu(x @ state["ff.0.weight"].double().T + state["ff.0.bias"].double())
+    return hidden @ state["ff.2.weight"].double().T + state["ff.2.bias"].double()
+
+
+def block_check(inputs, d_model, heads, context, b, num_tokens):
+    what = f"TransformerBlock({d_model}, {heads}, {context}, 0.0) on a random ({b}, {num_tokens}, {d_model}) input"
+    state, x = block_state(inputs, d_model), inputs.randn(b, num_tokens, d_model)
+    cut = max(1, num_tokens // 2)
+    p = Program()
+    block = p.call(G("TransformerBlock"), d_model, heads, context, 0.0)
+    p.record(block, "its parameters", BLOCK_PARAMETERS, kind="parameters")
+    p.load(block, state, hint=BLOCK_PARAMETERS)
+    p.call(block.attr("eval"))
+    p.record(p.call(block, p.tensor(x)), "the output", BLOCK_HINT)
+    p.record(p.call(block, p.tensor(changed_later(inputs, x, cut))), f"the output after tokens {cut}.. changed",
+             BLOCK_HINT)
+    # The student's own attention, on what a right block gives it and on what the mistakes give it.
+    normed = layer_norm(x, state, "norm1")
+    for label, value in (("att(norm1(x))", normed), ("att(x)", x.double())):
+        p.record(p.call(block.attr("att"), p.tensor(value.float())), label, atol=float("inf"))
+
+    def judge(got, want):
+        problem = default_judge(check, got[:4], want[:4])
+        if problem is None or not built_right(check, got, want):
+            return problem
+        if first_raised(got) or len(got) != 6:
+            return problem
+        try:
+            out, att_normed, att_raw = tensor_of(got[2]), tensor_of(got[4]), tensor_of(got[5])
+            xd = x.double()
+
+            def pre(h):
+                return h + feed_forward(layer_norm(h, state, "norm2"), state)
+
+            post_mid = layer_norm(xd + att_raw, state, "norm1")
+            normed_mid = normed + att_normed
+            candidates = [(None, pre(xd + att_normed)),
+                          (POST_LN, layer_norm(post_mid + feed_forward(post_mid, state), state, "norm2")),
+                          (NORMED_RESIDUAL, layer_norm(normed_mid, state, "norm2") + feed_forward(
+                              layer_norm(normed_mid, state, "norm2"), state)),
+                          (NO_RESIDUAL, xd + att_normed + feed_forward(layer_norm(att_normed, state, "norm2"), state)),
+                          (NO_RESIDUAL, att_normed + feed_forward(layer_norm(att_normed, state, "norm2"), state)),
+                          (NO_RESIDUAL, feed_forward(layer_norm(xd + att_normed, state, "norm2"), state))]
+            for hint, expected in candidates:
+                if out.shape == expected.shape and torch.allclose(out, expected, atol=1e-4, rtol=1e-4):
+                    if hint is None:
+                        return None  # right, given the student's own attention (Part 1 is graded there)
+                    return problem.split("\n  likely mistake: ")[0] + f"\n  likely mistake: {hint}"
+        except (KeyError, TypeError, RuntimeError, IndexError):
+            return problem
+        if num_tokens > 1 and sees_future(got, 2, 3, cut):
+            return problem.split("\n  likely mistake: ")[0] + f"\n  likely mistake: {SEES_FUTURE}"
+        return problem
+
+    check = Check(what, p, judge=judge)
+    return check
+
+
+def transformer_block(inputs):
+    return [block_check(inputs, *case) for case in [(8, 2, 6, 2, 6), (12, 3, 8, 1, 8), (6, 1, 5, 3, 4),
+                                                    (16, 4, 10, 2, 9), (4, 2, 3, 2, 1)]]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Part 3: TinyGPT
+# ---------------------------------------------------------------------------------------------------------------
+
+def gpt_state(inputs, vocab, d_model, layers, context):
+    state = {"tok_emb.weight": inputs.randn(vocab, d_model), "pos_emb.weight": inputs.randn(context, d_model),
+             **norm_state(inputs, "final_norm", d_model), "out_head.weight": inputs.randn(vocab, d_model, scale=0.5)}
+    for layer in range(layers):
+        state.update(block_state(inputs, d_model, f"blocks.{layer}."))
+    return state
+
+
+def gpt_check(inputs, vocab, d_model, layers, heads, context, b, num_tokens):
+    built = f"TinyGPT({vocab}, {d_model}, {layers}, {heads}, {context}, 0.0)"
+    what = f"{built} on random token ids ({b}, {num_tokens})"
+    state = gpt_state(inputs, vocab, d_model, layers, context)
+    idx = torch.tensor([[inputs.randint(0, vocab) for _ in range(num_tokens)] for _ in range(b)])
+    cut = max(1, num_tokens // 2)
+    changed = changed_later(inputs, idx, cut, vocab)
+    p = Program()
+    model = p.call(G("TinyGPT"), vocab, d_model, layers, heads, context, 0.0)
+    p.record(model, "its parameters", GPT_PARAMETERS, kind="parameters")
+    p.load(model, state, hint=GPT_PARAMETERS)
+    p.call(model.attr("eval"))
+    p.record(p.call(model, p.tensor(idx)), "the logits", GPT_HINT)
+    p.record(p.call(model, p.tensor(changed)), f"the logits after the tokens at positions {cut}.. changed", GPT_HINT)
+    # The student's own blocks, one after the other, on the embeddings of both inputs.
+    for ids in (idx, changed):
+        h = p.tensor((state["tok_emb.weight"][ids] + state["pos_emb.weight"][:num_tokens]).float())
+        for layer in range(layers):
+            h = p.call(model.attr("blocks")[layer], h)
+            p.record(h, f"block {layer}", atol=float("inf"))
+
+    def judge(got, want):
+        problem = default_judge(check, got[:4], want[:4])
+        if problem is None or not built_right(check, got, want):
+            return problem
+        if first_raised(got) or len(got) != 4 + 2 * layers:
+            return problem
+        try:
+            right = True
+            for record, ids, start in ((got[2], idx, 4), (got[3], changed, 4 + layers)):
+                h = (state["tok_emb.weight"][ids] + state["pos_emb.weight"][:num_tokens]).double()
+                if layers:
+                    h = tensor_of(got[start + layers - 1])
+                expected = layer_norm(h, state, "final_norm") @ state["out_head.weight"].double().T
+                logits = tensor_of(record)
+                right &= logits.shape == expected.shape and torch.allclose(logits, expected, atol=1e-4, rtol=1e-4)
+            if right:
+                return None  # right, given the student's own blocks (Part 2 is graded there)
+        except (KeyError, TypeError, RuntimeError, IndexError):
+            return problem
+        if num_tokens > 1 and sees_future(got, 2, 3, cut):
+            return problem.split("\n  likely mistake: ")[0] + f"\n  likely mistake: {SEES_FUTURE}"
+        return problem
+
+    check = Check(what, p, judge=judge)
+    return check
+
+
+def fresh_loss_check(inputs, vocab, d_model, layers, heads, context, b):
+    built = f"TinyGPT({vocab}, {d_model}, {layers}, {heads}, {context}, 0.0)"
+    what = f"a freshly built {built}: its loss on random token ids ({b}, {context})"
+    idx = torch.tensor([[inputs.randint(0, vocab) for _ in range(context)] for _ in range(b)])
+    targets = torch.tensor([[inputs.randint(0, vocab) for _ in range(context)] for _ in range(b)])
+    p = Program()
+    p.seed(inputs.seed())
+    model = p.call(G("TinyGPT"), vocab, d_model, layers, heads, context, 0.0)
+    p.call(model.attr("eval"))
+    p.record(p.call(model, p.tensor(idx)), "the logits", atol=float("inf"))
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return f"{what}: it raised {str(found[1]['raised'])[:80]}: {str(found[1]['message'])[:300]}"
+        logits = tensor_of(got[0])
+        if logits.shape != (b, context, vocab):
+            return f"{what}: the logits have shape {tuple(logits.shape)}, expected {(b, context, vocab)}"
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten()).item()
+        if not math.isfinite(loss) or abs(loss - math.log(vocab)) > 0.6:
+            return (f"{what} is {loss:.2f}, far from ln({vocab}) = {math.log(vocab):.2f}, the loss of a uniform "
+                    "guess\n  likely mistake: a fresh model should be unsure; keep the layers' default "
+                    "initialisation and the final LayerNorm before out_head")
+        return None
+
+    return Check(what, p, judge=judge)
+
+
+def learns_check(inputs, vocab, d_model, layers, heads, context, b, steps=6):
+    built = f"TinyGPT({vocab}, {d_model}, {layers}, {heads}, {context}, 0.0)"
+    what = f"{steps} steps of AdamW(lr=0.01) on one fixed batch ({b}, {context}) for a freshly built {built}"
+    idx = torch.tensor([[inputs.randint(0, vocab) for _ in range(context)] for _ in range(b)])
+    targets = torch.roll(idx, -1, dims=1)
+    p = Program()
+    p.seed(inputs.seed())
+    model = p.call(G("TinyGPT"), vocab, d_model, layers, heads, context, 0.0)
+    optimizer = p.call(G("torch").attr("optim").attr("AdamW"), p.call(model.attr("parameters")), lr=0.01)
+    ids, flat_targets = p.tensor(idx), p.tensor(targets.flatten())
+    for _ in range(steps):
+        logits = p.call(model, ids, grad=True)
+        loss = p.call(G("F").attr("cross_entropy"), p.call(logits.attr("flatten"), 0, 1, grad=True), flat_targets,
+                      grad=True)
+        p.record(loss, "the loss", atol=float("inf"))
+        p.call(optimizer.attr("zero_grad"))
+        p.call(loss.attr("backward"), grad=True)
+        p.call(optimizer.attr("step"))
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return f"{what}: it raised {str(found[1]['raised'])[:80]}: {str(found[1]['message'])[:300]}"
+        losses = [tensor_of(r).item() for r in got]
+        if len(losses) != steps or not all(map(math.isfinite, losses)) or losses[-1] > losses[0] - 0.2:
+            return (f"{what}: the loss went {' -> '.join(f'{x:.3f}' for x in losses)}, expected it to fall by more "
+                    "than 0.2\n  likely mistake: every layer must be a registered submodule (nn.ModuleList, not a "
+                    "Python list) so that model.parameters() gives them to the optimizer")
+        return None
+
+    return Check(what, p, judge=judge)
+
+
+def tiny_gpt(inputs):
+    checks = [gpt_check(inputs, *case) for case in [(11, 8, 2, 2, 6, 2, 5), (7, 12, 1, 3, 8, 1, 8),
+                                                    (13, 6, 0, 2, 5, 2, 5), (5, 16, 3, 4, 9, 2, 7),
+                                                    (9, 4, 2, 1, 4, 3, 1)]]
+    checks.append(fresh_loss_check(inputs, 40, 32, 2, 4, 16, 16))
+    checks.append(learns_check(inputs, 17, 16, 2, 2, 12, 4))
+    p = Program()
+    p.call(p.call(G("TinyGPT"), 5, 8, 1, 2, 6, 0.0), p.tensor(torch.zeros(1, 7, dtype=torch.long)))
+    checks.append(expect_value_error("TinyGPT(5, 8, 1, 2, 6, 0.0) on 7 tokens", p, "context_length"))
+    return checks
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Part 4: generate
+# ---------------------------------------------------------------------------------------------------------------
+
+def bigram(p, inputs, vocab, context, scale=1.5):
+    """A BigramModel(vocab, context) with random logits, in eval mode; returns (module ref, its logits table)."""
+    table = inputs.randn(vocab, vocab, scale=scale)
+    model = p.call(G("BigramModel"), vocab, context)
+    p.load(model, {"logits.weight": table}, hint="BigramModel is the notebook's (do not redefine it)")
+    return model, table
+
+
+def greedy_check(inputs, vocab, context, b, prompt_length, new):
+    what = (f"generate(BigramModel({vocab}, context_length={context}), idx, {new}, top_k=1) on random ids "
+            f"({b}, {prompt_length})")
+    p = Program()
+    model, table = bigram(p, inputs, vocab, context)
+    idx = torch.tensor([[inputs.randint(0, vocab) for _ in range(prompt_length)] for _ in range(b)])
+    p.record(p.call(G("generate"), model, p.tensor(idx), new, top_k=1), "the ids", GENERATE_HINT)
+    return Check(what, p)
+
+
+def top_k_check(inputs, vocab, context, b, new, k, temperature):
+    what = (f"generate(BigramModel({vocab}, context_length={context}), idx, {new}, temperature={temperature}, "
+            f"top_k={k}, generator=...) on random ids ({b}, 2)")
+    p = Program()
+    model, table = bigram(p, inputs, vocab, context)
+    idx = torch.tensor([[inputs.randint(0, vocab) for _ in range(2)] for _ in range(b)])
+    p.record(p.call(G("generate"), model, p.tensor(idx), new, temperature=temperature, top_k=k,
+                    generator=generator(inputs.seed())), "the ids", atol=float("inf"))
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return f"{what} raised {str(found[1]['raised'])[:80]}: {str(found[1]['message'])[:300]}"
+        ids = tensor_of(got[1])
+        if tuple(ids.shape) != (b, 2 + new):
+            return f"{what}: the ids have shape {tuple(ids.shape)}, expected {(b, 2 + new)}"
+        ids = ids.long()
+        if not torch.equal(ids[:, :2], idx):
+            return f"{what}: the first 2 ids are not the prompt\n  likely mistake: return the prompt and the new ids"
+        if bool(((ids < 0) | (ids >= vocab)).any()):
+            return f"{what}: some ids are not in the vocabulary 0 .. {vocab - 1}"
+        allowed = torch.topk(table, k, dim=-1).indices  # (vocab, k): the k most likely after each token
+        outside = sum(int(after not in allowed[before]) for row in ids.tolist() for before, after in
+                      zip(row[1:], row[2:]))
+        if outside:
+            return (f"{what}: {outside} of the {b * new} drawn tokens are not among the {k} most likely after the "
+                    f"token before them\n  likely mistake: {TOP_K_IGNORED}")
+        return None
+
+    return Check(what, p, judge=judge)
+
+
+def temperature_check(inputs, vocab, per_token, temperature):
+    b = vocab * per_token
+    what = (f"the frequencies of {b} tokens drawn by generate(BigramModel({vocab}, 4), idx, 1, "
+            f"temperature={temperature}, generator=...), {per_token} after each token")
+    p = Program()
+    model, table = bigram(p, inputs, vocab, 4)
+    idx = torch.arange(vocab).repeat(per_token)[:, None]
+    p.record(p.call(G("generate"), model, p.tensor(idx), 1, temperature=temperature,
+                    generator=generator(inputs.seed())), "the ids", atol=float("inf"))
+
+    def log_likelihood(counts, scale):
+        return float((counts * torch.log_softmax(table.double() * scale, -1)).sum())
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return f"{what}: generate raised {str(found[1]['raised'])[:80]}: {str(found[1]['message'])[:300]}"
+        ids = tensor_of(got[1])
+        if tuple(ids.shape) != (b, 2):
+            return f"{what}: the ids have shape {tuple(ids.shape)}, expected {(b, 2)}"
+        ids = ids.long()
+        if not torch.equal(ids[:, :1], idx) or bool(((ids < 0) | (ids >= vocab)).any()):
+            return f"{what}: the ids do not start with the prompt or are not in the vocabulary"
+        counts = torch.zeros(vocab, vocab, dtype=torch.float64)
+        counts.index_put_((ids[:, 0], ids[:, 1]), torch.ones(b, dtype=torch.float64), accumulate=True)
+        right = log_likelihood(counts, 1 / temperature)
+        best = float((counts * torch.log(counts.clamp(min=1) / counts.sum(-1, keepdim=True))).sum())
+        other, scale, hint = max((log_likelihood(counts, scale), scale, hint) for scale, hint in
+                                 ((1.0, TEMPERATURE_IGNORED), (temperature, TEMPERATURE_INVERTED)))
+        if other > right:
+            return f"{what} fit another temperature\n  likely mistake: {hint}"
+        if 2 * (best - right) > 4 * vocab * (vocab - 1) + 60:  # far beyond a chi-square's spread
+            return (f"{what} are far from softmax(logits / temperature)\n  likely mistake: draw with "
+                    "torch.multinomial(softmax(logits[:, -1] / temperature), 1, generator=generator)")
+        return None
+
+    return Check(what, p, judge=judge)
+
+
+def generate_checks(inputs):
+    checks = [greedy_check(inputs, *case) for case in [(5, 4, 3, 2, 6), (9, 3, 2, 1, 7), (4, 6, 1, 3, 2),
+                                                        (12, 2, 4, 2, 5)]]
+    checks += [top_k_check(inputs, 8, 3, 60, 4, 2, 1.5), top_k_check(inputs, 6, 4, 40, 3, 3, 1.0),
+               top_k_check(inputs, 10, 2, 30, 3, 1, 0.7)]
+    checks += [temperature_check(inputs, 4, 1500, 0.5), temperature_check(inputs, 5, 1200, 2.0)]
+    return checks
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Part 5: train_step
+# ---------------------------------------------------------------------------------------------------------------
+
+def train_check(inputs, vocab, b, num_tokens, steps, lr):
+    what = (f"{steps} calls of train_step(model, optimizer, inputs, targets) with a BigramModel({vocab}, "
+            f"{num_tokens}), AdamW(lr={lr}) and random ids ({b}, {num_tokens})")
+    p = Program()
+    model, _ = bigram(p, inputs, vocab, num_tokens, scale=1.0)
+    optimizer = p.call(G("torch").attr("optim").attr("AdamW"), p.call(model.attr("parameters")), lr=lr)
+    ids = torch.tensor([[inputs.randint(0, vocab) for _ in range(num_tokens + 1)] for _ in range(b)])
+    x, y = p.tensor(ids[:, :-1]), p.tensor(ids[:, 1:])
+    for step in range(steps):
+        p.record(p.call(G("train_step"), model, optimizer, x, y, grad=True), f"the loss returned by call {step + 1}",
+                 TRAIN_HINT, atol=1e-4, rtol=1e-4)
+    p.record(model, "the weights after the steps", TRAIN_HINT, kind="state", atol=1e-4, rtol=1e-4)
+    return Check(what, p, mistakes=((("the loss is not the mean over all b * T positions: F.cross_entropy("
+                                      "logits.flatten(0, 1), targets.flatten()) averages them"),
+                                     {"train_step": summed_loss}),
+                                    ("the old gradients are not cleared: call optimizer.zero_grad() before "
+                                     "loss.backward()", {"train_step": no_zero_grad})))
+
+
+def summed_loss(model, optimizer, inputs, targets):
+    logits = model(inputs)
+    loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum")
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def no_zero_grad(model, optimizer, inputs, targets):
+    loss = F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def train_step_checks(inputs):
+    return [train_check(inputs, *case) for case in [(5, 2, 6, 3, 0.1), (8, 1, 4, 4, 0.05), (3, 3, 5, 2, 0.2)]]
+
+
+CELLS = {
+    "test_multi_head_attention": multi_head_attention,
+    "test_transformer_block": transformer_block,
+    "test_tiny_gpt": tiny_gpt,
+    "test_generate": generate_checks,
+    "test_train_step": train_step_checks,
+}
