@@ -327,7 +327,9 @@ def default_judge(check, got, want):
         record = got[index]
         if _kind(record) == "raised" and _kind(expected_record) != "raised":
             return raised_message(check.what, record, expect.hint if index == 0 else "")
-        if _kind(expected_record) == "raised":
+        if _kind(expected_record) == "raised":  # a known mistake run in the answer key raised: so must the student
+            if _kind(record) != "raised" or record["raised"] != expected_record["raised"]:
+                return f"{check.what}: {expect.label} differs"
             break
         problem = compare(record, expected_record, f"{check.what}: {expect.label}", expect)
         if problem:
@@ -961,12 +963,12 @@ def judge_check(check, got, namespace, sources):
 def _name_error_hint(error):
     """A test cell runs on its own (in a throwaway copy of the notebook's process), so a function that reads a
     variable another test cell made finds nothing: say so."""
-    if error.get("ename") != "NameError":
+    if error.get("ename") != "NameError" and "raised NameError" not in str(error.get("evalue", "")):
         return error
     hint = ("\n  likely mistake: the code reads a variable of the notebook that this test cell does not have (test "
             "cells run on their own, so names another test cell made are not there): a function should use its own "
             "arguments and a module the module's attributes, never notebook globals")
-    return _error("NameError", str(error.get("evalue", "")) + hint)
+    return _error(error.get("ename"), str(error.get("evalue", "")).split("\n  likely mistake: ")[0] + hint)
 
 
 def verdict(outputs, cell_id, checks, namespace, sources):

@@ -148,9 +148,9 @@ def two_ways_agree(inputs):
 
 CSA_HINTS = dict(
     parameters_hint="create self.W_query, self.W_key and self.W_value with nn.Linear(d_in, d_out, bias=qkv_bias)",
-    runs_hint="build the mask for context_length tokens, use T = x.shape[1] (not a notebook variable) and slice the "
-              "mask to it: self.mask[:T, :T]; swap only the last two dimensions of the keys: keys.transpose(-2, -1), "
-              "not keys.T on a 3-D tensor",
+    runs_hint="use only x and the module's attributes, never a notebook variable: build the mask for context_length "
+              "tokens, take T = x.shape[1] and slice the mask to it: self.mask[:T, :T]; swap only the last two "
+              "dimensions of the keys: keys.transpose(-2, -1), not keys.T on a 3-D tensor",
     value_hint="queries @ keys.transpose(-2, -1), the entries ABOVE the diagonal set to -inf, softmax of the scores / "
                "sqrt(d_k) with d_k = keys.shape[-1], then @ values; use only x and the module's attributes",
     again_hint="forward must give the same output for the same input",
