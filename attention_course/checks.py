@@ -21,9 +21,21 @@ def _show(value, limit=500):
     return text if len(text) <= limit else text[:limit] + " ..."
 
 
+def _in_dtype_of(expected, got):
+    """The expected tensor shown in the student's dtype (bool or floating), so that a dtype printed beside only one
+    of them is not taken for the mistake."""
+    if not (isinstance(expected, _Tensor) and isinstance(got, _Tensor)) or expected.dtype == got.dtype:
+        return expected
+    if got.dtype == torch.bool and not expected.is_complex():
+        return expected != 0
+    if got.is_floating_point() and (expected.is_floating_point() or expected.dtype == torch.bool):
+        return expected.to(got.dtype)
+    return expected
+
+
 def fail(problem, expected, got, hint=""):
     """Raise a CheckFailed saying what was expected, what came, and the likely mistake."""
-    message = f"{problem}\n  expected: {_show(expected)}\n  got:      {_show(got)}"
+    message = f"{problem}\n  expected: {_show(_in_dtype_of(expected, got))}\n  got:      {_show(got)}"
     if hint:
         message += f"\n  likely mistake: {hint}"
     raise CheckFailed(message)

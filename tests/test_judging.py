@@ -343,3 +343,14 @@ def test_the_kernel_shows_which_function_the_checks_call():
         got = Interpreter({**namespace, "softmax_naive": value}).run_check(KERNEL_RULE.program.ops)
         message = judging.judge_check(KERNEL_RULE, got, namespace, {})
         assert (message is None) if words is None else words in message, (words, message)
+
+
+def test_a_failed_check_shows_the_expected_values_in_the_student_s_dtype():
+    """A float64 `expected` beside a float32 or bool `got` made students read the dtype as their mistake."""
+    import torch
+    from attention_course.checks import CheckFailed, fail
+    for got, shown in ((torch.zeros(2), "tensor([1., 1.])"), (torch.zeros(2, dtype=torch.bool), "tensor([True, True])")):
+        try:
+            fail("wrong", torch.ones(2, dtype=torch.float64), got)
+        except CheckFailed as failure:
+            assert f"expected: {shown}\n" in str(failure), str(failure)
