@@ -269,8 +269,8 @@ class Zygote:
             self.process.wait(timeout=10)
 
 
-def _descendants(root):
-    """The pids of every process below `root`, from /proc (the grading machine's own view)."""
+def _process_tree():
+    """{parent pid: [child pids]} of every process this process's /proc shows."""
     children = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -280,6 +280,12 @@ def _descendants(root):
             except (OSError, ValueError, IndexError):
                 continue
             children.setdefault(parent, []).append(int(name))
+    return children
+
+
+def _descendants(root):
+    """The pids of every process below `root`, from /proc (the grading machine's own view)."""
+    children = _process_tree()
     found, todo = [], [root]
     while todo:
         for child in children.get(todo.pop(), []):
@@ -791,19 +797,6 @@ def _well_formed(message, kind, index):
 def _cell_error(index, ename, evalue):
     return {"cell": index, "outputs": [{"output_type": "error", "ename": ename, "evalue": evalue,
                                         "traceback": [f"{ename}: {evalue}"]}]}
-
-
-def _process_tree():
-    children = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as stat:
-                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(parent, []).append(int(name))
-    return children
 
 
 def _state(pid):
