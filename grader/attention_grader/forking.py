@@ -397,6 +397,7 @@ class ForkingExecute(NbGraderPreprocessor):
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x8000000, 0x10000000, 0x20000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 16384, 1 << 18
+HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"  # nbgrader's markers
 TMPFS_SIZE = 256 << 20  # bytes of files a notebook may keep in /tmp, and again in /dev/shm
 CELL_MESSAGE_LIMIT = 2 * OUTPUT_LIMIT + DISPLAY_LIMIT + (1 << 20)  # bytes of one cell's message the relay reads
 NOTEBOOK_MESSAGE_LIMIT = NOTEBOOK_DISPLAY_LIMIT + 16 * OUTPUT_LIMIT  # ... and of a whole notebook's messages
@@ -735,6 +736,12 @@ class Relay:
                                                   f"while the cell ran ({result['forked']}): os._exit or a crash?"))
             _write_line(1, result)
         self.expect(["forked"], index)
+        # The names the visible tests make stay in the notebook, as in a kernel (a later test cell may use them): the
+        # visible part runs again in the notebook's own process, and what it shows is dropped (the fork's counts).
+        visible = _visible_part(source)
+        if visible.strip():
+            _send_framed(self.to_notebook, {"run": index, "source": visible})
+            self.expect(["cell"], index)
 
     def others_running(self):
         """What runs in the notebook besides its init, the notebook's process and the test cell's fork: "" when
@@ -792,6 +799,19 @@ def _well_formed(message, kind, index):
                 and all(isinstance(o, dict) and o.get("output_type") in ("stream", "display_data", "execute_result",
                                                                          "error") for o in message["outputs"]))
     return set(message) == {kind} and (kind == "forked" and isinstance(message[kind], str) or message[kind] == index)
+
+
+def _visible_part(source):
+    """A test cell's source without its hidden regions (the probe's plan, a stand-in's table)."""
+    lines, hidden = [], False
+    for line in source.splitlines():
+        if line.strip() == HIDDEN_BEGIN:
+            hidden = True
+        elif line.strip() == HIDDEN_END:
+            hidden = False
+        elif not hidden:
+            lines.append(line)
+    return "\n".join(lines)
 
 
 def _cell_error(index, ename, evalue):

@@ -451,18 +451,18 @@ def train_check(inputs, vocab, b, num_tokens, steps, lr):
 
 
 def summed_loss(model, optimizer, inputs, targets):
-    logits = model(inputs)
-    loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum")
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
-    return loss.item()
+    loss = F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten(), reduction="sum")
+    return optimize(optimizer, loss, clear=True)
 
 
 def no_zero_grad(model, optimizer, inputs, targets):
-    loss = F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
-    loss.backward()
-    optimizer.step()
+    return optimize(optimizer, F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten()), clear=False)
+
+
+def optimize(optimizer, loss, clear):
+    """One optimizer step on `loss`, clearing the old gradients first when `clear`, as a mistaken train_step does."""
+    for action in ([optimizer.zero_grad] if clear else []) + [loss.backward, optimizer.step]:
+        action()
     return loss.item()
 
 
