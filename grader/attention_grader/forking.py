@@ -14,7 +14,8 @@ runs as root, the sandbox runs as the unprivileged uid `nobody` (65534) of the h
 Each notebook gets new user, mount, IPC, network and PID namespaces with a fresh, size-limited /tmp and /dev/shm:
 nothing it writes, chmods or starts outlives it. It runs under a memory limit and a per-cell timeout; a crash or
 os._exit ends that notebook only. A notebook receives each cell's source when that cell runs, and each test cell
-runs in a throwaway fork, so no hidden check is in the notebook's memory before or after its cell.
+runs in a throwaway fork (then its visible part alone again in the notebook's process, for the names it makes), so
+no hidden check is in the notebook's memory before or after its cell.
 Without a working bubblewrap the executor refuses to run student code, unless told to (`sandbox=False`, which
 `course.py grade --unsandboxed` sets): then it warns loudly, and the class summary says so.
 """
