@@ -5,6 +5,8 @@ worktree) start their warm, sandboxed parent in this process; every step's answe
 included) then runs through each in turn, round after round, so both see the same machine load.
 
     .venv/bin/python benchmarks/executor_benchmark.py --against 6b46ba8 --rounds 3
+
+6b46ba8 is the last commit with one sandbox per worker (test cells run in the notebook's own process).
 """
 import argparse
 import copy
