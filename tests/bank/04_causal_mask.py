@@ -1,16 +1,11 @@
 """Submission bank for step 04: correct variants written another way, and common mistakes."""
+from bank import edit as _edit
+
 
 # The cheats of tests/bank/integrity.py ride on a mistake that returns wrong values (and fails a visible test).
 CHEATS_RIDE_ON = "scaling_forgotten"
 
 
-def _edit(text, *pairs):
-    """`text` with each (old, new) replaced; `old` must occur, so a variant cannot silently stop being one."""
-    for old, new in pairs:
-        if old not in text:
-            raise ValueError(f"bank 04: {old!r} not found")
-        text = text.replace(old, new)
-    return text
 
 
 # The answer key's module without solution markers: the mistakes below are small edits of it.

@@ -1,15 +1,12 @@
 """Submission bank for step 11: correct variants written another way, and common mistakes."""
+from bank import edit as _edit
+
 
 # The cheats of tests/bank/integrity.py ride on this mistake: its visible tests pass (they build the module without
 # biases), so only the hidden checks can take its points, and a cheat that skips or silences them must not keep them.
 CHEATS_RIDE_ON = "qkv_bias_ignored"
 
 
-def _edit(text, *pairs):
-    for old, new in pairs:
-        assert old in text, old
-        text = text.replace(old, new)
-    return text
 
 
 _ROPE = (
