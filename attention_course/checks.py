@@ -2,9 +2,13 @@
 
 Every failure says what was expected, what came, and the likely mistake, as an AssertionError that
 nbgrader shows to the student. Nothing here knows an answer: the expected values come from the test.
-Imported in a notebook, this module makes IPython show a failed check as its message alone, without a traceback.
+Imported in a notebook, this module makes IPython show a failed check as its message alone, without a traceback,
+and print a cell's warnings after its failure, so that the Validate dialog shows the failure first.
 """
 import re
+import sys
+import warnings
+
 import torch
 
 # Taken once at import, so that a notebook which later replaces torch.allclose cannot fool these checks.
@@ -106,9 +110,25 @@ def _show_failed_check(shell, etype, value, tb, tb_offset=None):
     shell._showtraceback(etype, value, [f"{etype.__name__}: {value}"])
 
 
+_held_warnings = []
+
+
+def _hold_warning(message, category, filename, lineno, file=None, line=None):
+    _held_warnings.append(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+def _print_held_warnings(*_):
+    if _held_warnings:
+        sys.stderr.write("".join(_held_warnings))
+        _held_warnings.clear()
+
+
 def show_failed_checks_briefly(shell):
-    """Make `shell` show a failed check as its message alone."""
+    """Make `shell` show a failed check as its message alone, and a cell's warnings after it, at the cell's end."""
     shell.set_custom_exc((CheckFailed,), _show_failed_check)
+    warnings.showwarning = _hold_warning
+    if _print_held_warnings not in shell.events.callbacks["post_run_cell"]:
+        shell.events.register("post_run_cell", _print_held_warnings)
 
 
 try:

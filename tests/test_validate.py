@@ -91,3 +91,18 @@ def test_validate_reports_a_blank_written_answer_as_still_to_write_apart_from_fa
     nbformat.write(release, path)
     assert notes(handler.validate_notebook(str(path.relative_to(course)))) == [
         "Every test passes; 1 written answer still to write.", question]
+
+
+def test_a_warning_prints_after_the_failed_check_in_the_validate_dialog(tmp_path):
+    """A warning of the student's code (x.T on a 3-D tensor, say) must not push the check's message down the dialog."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+    test = new_code_cell('import warnings\nwarnings.warn("x.T on a 3-D tensor is deprecated")\n'
+                         'expect(False, "scores(x) has the wrong values", hint="one dot product per pair")')
+    test.metadata.nbgrader = {"grade": True, "grade_id": "test_scores", "points": 1, "solution": False,
+                              "locked": True, "schema_version": 3}
+    notebook = new_notebook(cells=[new_code_cell("from attention_course.checks import expect"), test])
+    nbformat.write(notebook, tmp_path / "warns.ipynb")
+    error = Validator().validate(str(tmp_path / "warns.ipynb"))["failed"][0]["raw_error"]
+    assert "x.T on a 3-D tensor is deprecated" in error
+    assert error.index("scores(x) has the wrong values") < error.index("likely mistake") < error.index("x.T on a 3-D")
