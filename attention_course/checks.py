@@ -105,6 +105,16 @@ def expect_value_error(description, call, argument, also=()):
     expect(problem is None, problem, hint=hint)
 
 
+def load_seeded_weights(module, seed, scale=0.5):
+    """Overwrite every parameter of `module` with seeded random numbers, name by name in sorted order, so that a
+    test's expected values do not depend on the order in which the module creates its layers."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for _, parameter in sorted(module.named_parameters()):
+            parameter.copy_(torch.randn(parameter.shape, generator=generator, dtype=torch.float64) * scale)
+    return module
+
+
 def _show_failed_check(shell, etype, value, tb, tb_offset=None):
     # The message is written for the student; a traceback through the test code would only bury it.
     shell._showtraceback(etype, value, [f"{etype.__name__}: {value}"])
