@@ -259,13 +259,13 @@ def worker(root, timeout=None, feedback=True, sandbox=True):
 
 
 class Worker:
-    def __init__(self, root, timeout=None, feedback=True, sandbox=True, log=None):
+    def __init__(self, root, timeout=None, feedback=True, sandbox=True, log=None, preexec_fn=None):
         command = [sys.executable, "-m", "attention_grader.grading", "--worker", str(root)]
         command += (["--timeout", str(timeout)] if timeout else []) + ([] if feedback else ["--no-feedback"])
         command += [] if sandbox else ["--unsandboxed"]
         # What libraries say on stderr (nbgrader's log, SQLAlchemy's warnings) goes to the grading log.
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                        text=True, bufsize=1)
+                                        text=True, bufsize=1, preexec_fn=preexec_fn)
         self.ready = json.loads(self.process.stdout.readline() or '{"ready": false}')
         self.task = None
 
@@ -509,6 +509,13 @@ def summarize(root, results, csv_path, out, refused=()):
         mine = [scores[(student, r["assignment"])] for r in results if r["student"] == student]
         totals = [sum(p[i] for p in mine if p is not None) for i in range(6)]
         print(printable(f"  {student:28s} {describe(*totals)}"), file=out)
+    workers = sorted({r["worker"] for r in results if r.get("worker")})  # graded on a Dask cluster
+    if workers:
+        print("\nPer worker:", file=out)
+        for name in workers:
+            mine = [r for r in results if r.get("worker") == name]
+            print(f"  {name:28s} {len(mine):4d} submissions {sum(r.get('seconds', 0.0) for r in mine):8.1f} s",
+                  file=out)
     flagged = [r for r in results if flags_of(r)]
     print(f"\nFlagged: {len(flagged)}" + (" (marked flagged in formgrader too)" if flagged else ""), file=out)
     for r in flagged:
@@ -600,6 +607,9 @@ def main(argv=None):
     parser.add_argument("--timeout", type=whole_number, help="seconds a cell may run (default: nbgrader_config.py)")
     parser.add_argument("--shard", type=share, help="K/N: grade only the K-th of N shares of the students (several "
                                                     "machines, one gradebook)")
+    parser.add_argument("--scheduler", metavar="ADDRESS",
+                        help="grade on a Dask cluster: its scheduler's address (tcp://host:8786) or scheduler file; "
+                             "the course folder must be on a filesystem every worker mounts (docs/scale.md)")
     parser.add_argument("--no-feedback", dest="feedback", action="store_false", help="skip generate_feedback")
     parser.add_argument("--unsandboxed", dest="sandbox", action="store_false",
                         help="run student code without the bubblewrap sandbox (stamped on the summary)")
@@ -620,11 +630,18 @@ def main(argv=None):
     unsafe = [name for name in (args.student or []) + args.assignments if not is_safe_id(name)]
     if unsafe:
         parser.error(printable(f"not a valid id: {', '.join(map(repr, unsafe))} (letters, digits and . _ @ + - only)"))
+    if args.scheduler and args.shard:
+        parser.error("--scheduler and --shard: the scheduler shares out the work itself, give only --scheduler")
     why = unknown_names(args, args.root)
     if why:
         parser.exit(2, printable(f"{parser.prog}: error: {why}") + "\n")
-    results = grade_class(args.root, args.assignments or None, args.student, args.workers, args.csv, args.timeout,
-                          args.feedback, args.shard, args.sandbox)
+    if args.scheduler:
+        from attention_grader import distributed
+        results = distributed.grade_class(args.root, args.scheduler, args.assignments or None, args.student, args.csv,
+                                          args.timeout, args.feedback, args.sandbox)
+    else:
+        results = grade_class(args.root, args.assignments or None, args.student, args.workers, args.csv,
+                              args.timeout, args.feedback, args.shard, args.sandbox)
     refused = find_submissions(args.root, args.assignments or None, args.student, args.shard)[1]
     if not results and not refused:
         return 2
