@@ -4,7 +4,8 @@ The course's modules (steps 6 to 10) come from the answer keys in solutions/, lo
 around PyTorch's own `nn.MultiheadAttention` joins them. Each maps (batch, tokens, d_model) to (batch, tokens,
 d_model) through the same layers, so the differences are in how the work is organised. A second table times
 generation one token at a time, with and without step 9's KV cache; a third, step 11's grouped-query attention with
-its cache, from one key/value head per query head down to one for all (with RoPE: another layer, timed on its own).
+its cache, from one key/value head per query head down to one for all (with RoPE: another layer, timed on its own); a
+fourth, step 12's TinyGPT generating greedily through its cache against re-running the whole text for every token.
 
     python benchmarks/attention_benchmark.py --size small
     python benchmarks/attention_benchmark.py --size gpt2 --device cuda --dtype bfloat16
@@ -269,8 +270,8 @@ def generation_ms_per_token(size, device="cpu", dtype=torch.float32, seed=123):
 
 def format_generation(ms_per_token, num_tokens):
     baseline = next(iter(ms_per_token.values()))
-    lines = [f"{'generating ' + str(num_tokens) + ' tokens':<24}  {'ms/token':>8}  {'x':>5}"]
-    lines += [f"{name:<24}  {ms:>8.3f}  {baseline / ms:>5.2f}" for name, ms in ms_per_token.items()]
+    lines = [f"{'generating ' + str(num_tokens) + ' tokens':<28}  {'ms/token':>8}  {'x':>5}"]
+    lines += [f"{name:<28}  {ms:>8.3f}  {baseline / ms:>5.2f}" for name, ms in ms_per_token.items()]
     return "\n".join(lines)
 
 
@@ -311,6 +312,34 @@ def format_gqa_generation(rows, num_tokens):
     return "\n".join(lines)
 
 
+def tiny_gpt_generation(size, device="cpu", dtype=torch.float32, seed=123, vocab_size=65, num_layers=2):
+    """Step 12's TinyGPT (random weights) generating greedily, top_k=1, with the answer key's generate through its KV
+    cache, against a loop that runs the model on the whole text so far for every token. Returns {name: ms per token}
+    and whether both gave the same ids."""
+    solutions = load_solutions("12_tiny_gpt")
+    torch.manual_seed(seed)
+    model = solutions["TinyGPT"](vocab_size, size.d_model, num_layers, size.num_heads, size.num_tokens, 0.0)
+    model = model.to(device=device, dtype=dtype).eval()
+    prompt = torch.zeros(1, 1, dtype=torch.long, device=device)
+    new_tokens = size.num_tokens - 1
+    ids = {}
+
+    def recompute_all():
+        text = prompt
+        for _ in range(new_tokens):
+            text = torch.cat([text, model(text)[:, -1:].argmax(-1)], dim=1)
+        ids["recompute"] = text
+
+    def through_the_cache():
+        ids["cache"] = solutions["generate"](model, prompt, new_tokens, top_k=1)
+
+    with torch.no_grad():
+        ms = median_ms_interleaved({"TinyGPT, recompute all": recompute_all,
+                                    "TinyGPT, KV cache (step 12)": through_the_cache},
+                                   repeats=3, warmup=1, device=torch.device(device))
+    return {name: total / new_tokens for name, total in ms.items()}, torch.equal(ids["recompute"], ids["cache"])
+
+
 def describe_device(device):
     device = torch.device(device)
     if device.type == "cuda":
@@ -348,6 +377,10 @@ def main(argv=None):
     print()
     print(format_gqa_generation(rows, size.num_tokens))
     print(f"largest difference of the cached outputs from one pass without the cache: {difference:.2g}")
+    ms_per_token, same = tiny_gpt_generation(size, device=args.device, dtype=getattr(torch, args.dtype))
+    print()
+    print(format_generation(ms_per_token, size.num_tokens - 1))
+    print(f"greedy ids with and without the cache the same: {same}")
 
 
 if __name__ == "__main__":

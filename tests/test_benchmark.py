@@ -47,3 +47,10 @@ def test_generation_with_and_without_the_cache_gives_the_same_outputs():
     assert difference < 1e-5
     assert list(ms_per_token) == ["step 7, recompute all", "KV cache (step 9)"]
     assert len(attention_benchmark.format_generation(ms_per_token, 6).splitlines()) == 3
+
+
+def test_tiny_gpt_generates_the_same_ids_with_and_without_the_cache():
+    size = attention_benchmark.BenchmarkSize(batch_size=1, num_tokens=12, d_model=8, num_heads=2, repeats=1)
+    ms_per_token, same = attention_benchmark.tiny_gpt_generation(size)
+    assert same
+    assert list(ms_per_token) == ["TinyGPT, recompute all", "TinyGPT, KV cache (step 12)"]

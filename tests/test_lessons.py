@@ -112,6 +112,7 @@ META_CALLS = {
     "12_tiny_gpt": [
         ("TinyGPT", lambda ns: on_meta(ns["TinyGPT"](11, 8, 2, 2, 6, 0.0))(torch.zeros(2, 5, dtype=torch.long, device="meta")),
          (2, 5, 11)),
+        ("TinyGPT, a prompt then one cached token", lambda ns: gpt_cached_twice(ns), (2, 1, 11)),
     ],
 }
 
@@ -120,6 +121,12 @@ def gqa_cached_twice(ns):
     module = on_meta(ns["GroupedQueryAttention"](3, 8, 8, 0.0, num_heads=4, num_kv_heads=1)).eval()
     module(meta(2, 4, 3), use_cache=True)
     return module(meta(2, 1, 3), use_cache=True)
+
+
+def gpt_cached_twice(ns):
+    model = on_meta(ns["TinyGPT"](11, 8, 2, 2, 6, 0.0)).eval()
+    model(torch.zeros(2, 4, dtype=torch.long, device="meta"), use_cache=True)
+    return model(torch.zeros(2, 1, dtype=torch.long, device="meta"), use_cache=True)
 
 
 def cached_twice(ns):

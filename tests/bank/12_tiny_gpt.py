@@ -11,7 +11,7 @@ CHEATS_RIDE_ON = "mha_qkv_bias_ignored"
 
 # The answer key's cells, written out so that mistakes can change one line of them.
 _MHA = (
-    "class MultiHeadAttention(nn.Module):\n"
+    "class MultiHeadAttentionWithCache(nn.Module):\n"
     "    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):\n"
     "        super().__init__()\n"
     "        if d_out % num_heads:\n"
@@ -23,16 +23,25 @@ _MHA = (
     "        self.out_proj = nn.Linear(d_out, d_out)\n"
     "        self.dropout = nn.Dropout(dropout)\n"
     "        self.register_buffer('mask', torch.triu(torch.ones(context_length, context_length, dtype=torch.bool), 1))\n"
+    "        self.k_cache = self.v_cache = None\n"
     "\n"
-    "    def forward(self, x):\n"
+    "    def reset_cache(self):\n"
+    "        self.k_cache = self.v_cache = None\n"
+    "\n"
+    "    def forward(self, x, use_cache=False):\n"
     "        b, t, _ = x.shape\n"
-    "        if t > self.mask.shape[0]:\n"
-    "            raise ValueError(f'{t} tokens do not fit context_length={self.mask.shape[0]}')\n"
+    "        kept = self.k_cache.shape[2] if use_cache and self.k_cache is not None else 0\n"
+    "        if kept + t > self.mask.shape[0]:\n"
+    "            raise ValueError(f'{kept + t} tokens do not fit context_length={self.mask.shape[0]}')\n"
     "        q = self.W_query(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)\n"
     "        k = self.W_key(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)\n"
     "        v = self.W_value(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)\n"
+    "        if use_cache:\n"
+    "            if kept:\n"
+    "                k, v = torch.cat([self.k_cache, k], dim=2), torch.cat([self.v_cache, v], dim=2)\n"
+    "            self.k_cache, self.v_cache = k, v\n"
     "        scores = q @ k.transpose(-2, -1)\n"
-    "        scores = scores.masked_fill(self.mask[:t, :t], float('-inf'))\n"
+    "        scores = scores.masked_fill(self.mask[kept:kept + t, :kept + t], float('-inf'))\n"
     "        weights = self.dropout(torch.softmax(scores / self.head_dim ** 0.5, dim=-1))\n"
     "        return self.out_proj((weights @ v).transpose(1, 2).reshape(b, t, -1))\n"
 )
@@ -42,13 +51,13 @@ _BLOCK = (
     "    def __init__(self, d_model, num_heads, context_length, dropout):\n"
     "        super().__init__()\n"
     "        self.norm1 = nn.LayerNorm(d_model)\n"
-    "        self.att = MultiHeadAttention(d_model, d_model, context_length, dropout, num_heads)\n"
+    "        self.att = MultiHeadAttentionWithCache(d_model, d_model, context_length, dropout, num_heads)\n"
     "        self.norm2 = nn.LayerNorm(d_model)\n"
     "        self.ff = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))\n"
     "        self.dropout = nn.Dropout(dropout)\n"
     "\n"
-    "    def forward(self, x):\n"
-    "        x = x + self.dropout(self.att(self.norm1(x)))\n"
+    "    def forward(self, x, use_cache=False):\n"
+    "        x = x + self.dropout(self.att(self.norm1(x), use_cache=use_cache))\n"
     "        x = x + self.dropout(self.ff(self.norm2(x)))\n"
     "        return x\n"
 )
@@ -65,27 +74,43 @@ _GPT = (
     "                                     for _ in range(num_layers)])\n"
     "        self.final_norm = nn.LayerNorm(d_model)\n"
     "        self.out_head = nn.Linear(d_model, vocab_size, bias=False)\n"
+    "        self.cached = 0\n"
     "\n"
-    "    def forward(self, idx):\n"
-    "        t = idx.shape[1]\n"
-    "        if t > self.context_length:\n"
-    "            raise ValueError(f'{t} tokens do not fit context_length={self.context_length}')\n"
-    "        x = self.dropout(self.tok_emb(idx) + self.pos_emb(torch.arange(t)))\n"
+    "    def reset_cache(self):\n"
+    "        self.cached = 0\n"
     "        for block in self.blocks:\n"
-    "            x = block(x)\n"
+    "            block.att.reset_cache()\n"
+    "\n"
+    "    def forward(self, idx, use_cache=False):\n"
+    "        t = idx.shape[1]\n"
+    "        start = self.cached if use_cache else 0\n"
+    "        if start + t > self.context_length:\n"
+    "            raise ValueError(f'{t} tokens do not fit context_length={self.context_length}')\n"
+    "        x = self.dropout(self.tok_emb(idx) + self.pos_emb(torch.arange(start, start + t)))\n"
+    "        for block in self.blocks:\n"
+    "            x = block(x, use_cache)\n"
+    "        if use_cache:\n"
+    "            self.cached += t\n"
     "        return self.out_head(self.final_norm(x))\n"
 )
 
 _GENERATE = (
     "def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):\n"
+    "    model.reset_cache()\n"
+    "    fresh, cached = idx[:, -model.context_length:], 0\n"
     "    for _ in range(max_new_tokens):\n"
-    "        logits = model(idx[:, -model.context_length:])[:, -1, :]\n"
+    "        if cached + fresh.shape[1] > model.context_length:\n"
+    "            model.reset_cache()\n"
+    "            fresh, cached = idx[:, -model.context_length:], 0\n"
+    "        logits = model(fresh, use_cache=True)[:, -1, :]\n"
+    "        cached += fresh.shape[1]\n"
     "        logits = logits / temperature\n"
     "        if top_k is not None:\n"
     "            kth = torch.topk(logits, top_k).values[:, -1:]\n"
     "            logits = logits.masked_fill(logits < kth, float('-inf'))\n"
     "        probs = torch.softmax(logits, dim=-1)\n"
-    "        idx = torch.cat([idx, torch.multinomial(probs, 1, generator=generator)], dim=1)\n"
+    "        fresh = torch.multinomial(probs, 1, generator=generator)\n"
+    "        idx = torch.cat([idx, fresh], dim=1)\n"
     "    return idx\n"
 )
 
@@ -108,13 +133,17 @@ _SILENCE_CHECKS = (
 )
 
 VARIANTS = {
-    # every part in another style: SDPA, parameters created in another order, nn.Sequential of blocks, positions read
-    # from the embedding's weight, sort-based top-k, Gumbel-max sampling, a reshape-based loss
+    # every part in another style: SDPA with causal_lower_right, parameters created in another order, nn.Sequential of
+    # blocks called one by one, positions read from the embedding's weight, sort-based top-k, Gumbel-max sampling that
+    # reads nothing after the last token, a reshape-based loss
     "sdpa_sequential_gumbel": {
         "kind": "correct",
         "cells": {
             "multi_head_attention":
-                "class MultiHeadAttention(nn.Module):\n"
+                "from torch.nn.attention.bias import causal_lower_right\n"
+                "\n"
+                "\n"
+                "class MultiHeadAttentionWithCache(nn.Module):\n"
                 "    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):\n"
                 "        super().__init__()\n"
                 "        if d_out % num_heads != 0:\n"
@@ -124,14 +153,23 @@ VARIANTS = {
                 "        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
                 "        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
                 "        self.h, self.ctx, self.p = num_heads, context_length, dropout\n"
+                "        self.reset_cache()\n"
                 "\n"
-                "    def forward(self, x):\n"
+                "    def reset_cache(self):\n"
+                "        self.keys = self.values = None\n"
+                "\n"
+                "    def forward(self, x, use_cache=False):\n"
                 "        b, t, _ = x.shape\n"
-                "        if t > self.ctx:\n"
-                "            raise ValueError(f'context_length is {self.ctx}, got {t} tokens')\n"
+                "        old = self.keys.size(2) if use_cache and self.keys is not None else 0\n"
+                "        if old + t > self.ctx:\n"
+                "            raise ValueError(f'context_length is {self.ctx}, got {old + t} tokens')\n"
                 "        q, k, v = (w(x).reshape(b, t, self.h, -1).permute(0, 2, 1, 3)\n"
                 "                   for w in (self.W_query, self.W_key, self.W_value))\n"
-                "        out = F.scaled_dot_product_attention(q, k, v, is_causal=True,\n"
+                "        if use_cache:\n"
+                "            if old:\n"
+                "                k, v = torch.cat((self.keys, k), 2), torch.cat((self.values, v), 2)\n"
+                "            self.keys, self.values = k, v\n"
+                "        out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(t, old + t),\n"
                 "                                             dropout_p=self.p if self.training else 0.0)\n"
                 "        return self.out_proj(out.permute(0, 2, 1, 3).reshape(b, t, -1))\n",
             "transformer_block":
@@ -141,12 +179,12 @@ VARIANTS = {
                 "        self.ff = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(approximate='none'),\n"
                 "                                nn.Linear(4 * d_model, d_model))\n"
                 "        self.norm2 = nn.LayerNorm(d_model)\n"
-                "        self.att = MultiHeadAttention(d_model, d_model, context_length, dropout, num_heads)\n"
+                "        self.att = MultiHeadAttentionWithCache(d_model, d_model, context_length, dropout, num_heads)\n"
                 "        self.norm1 = nn.LayerNorm(d_model)\n"
                 "        self.dropout = nn.Dropout(dropout)\n"
                 "\n"
-                "    def forward(self, x):\n"
-                "        attended = x + self.dropout(self.att(self.norm1(x)))\n"
+                "    def forward(self, x, use_cache=False):\n"
+                "        attended = x + self.dropout(self.att(self.norm1(x), use_cache))\n"
                 "        return attended + self.dropout(self.ff(self.norm2(attended)))\n",
             "tiny_gpt":
                 "class TinyGPT(nn.Module):\n"
@@ -159,18 +197,29 @@ VARIANTS = {
                 "        self.pos_emb = nn.Embedding(context_length, d_model)\n"
                 "        self.tok_emb = nn.Embedding(vocab_size, d_model)\n"
                 "        self.dropout = nn.Dropout(dropout)\n"
-                "        self.context_length = context_length\n"
+                "        self.context_length, self.seen = context_length, 0\n"
                 "\n"
-                "    def forward(self, idx):\n"
-                "        if idx.size(1) > self.context_length:\n"
+                "    def reset_cache(self):\n"
+                "        self.seen = 0\n"
+                "        for block in self.blocks:\n"
+                "            block.att.reset_cache()\n"
+                "\n"
+                "    def forward(self, idx, use_cache=False):\n"
+                "        offset = self.seen if use_cache else 0\n"
+                "        if offset + idx.size(1) > self.context_length:\n"
                 "            raise ValueError('more tokens than context_length')\n"
-                "        h = self.tok_emb(idx) + self.pos_emb.weight[: idx.size(1)]\n"
-                "        return self.out_head(self.final_norm(self.blocks(self.dropout(h))))\n",
+                "        h = self.dropout(self.tok_emb(idx) + self.pos_emb.weight[offset:offset + idx.size(1)])\n"
+                "        for block in self.blocks:\n"
+                "            h = block(h, use_cache=use_cache)\n"
+                "        self.seen = offset + idx.size(1) if use_cache else self.seen\n"
+                "        return self.out_head(self.final_norm(h))\n",
             "generate":
                 "def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):\n"
                 "    out = idx\n"
-                "    for _ in range(max_new_tokens):\n"
-                "        logits = model(out[:, -model.context_length:])[:, -1]\n"
+                "    model.reset_cache()\n"
+                "    logits = model(out[:, -model.context_length:], use_cache=True)[:, -1]\n"
+                "    n_cached = min(out.shape[1], model.context_length)\n"
+                "    for i in range(max_new_tokens):\n"
                 "        if top_k is not None:\n"
                 "            values, order = torch.sort(logits, dim=-1, descending=True)\n"
                 "            logits = torch.full_like(logits, -float('inf')).scatter(-1, order[:, :top_k],\n"
@@ -179,6 +228,14 @@ VARIANTS = {
                 "        gumbel = -torch.log(-torch.log(u))\n"
                 "        nxt = (logits / temperature + gumbel).argmax(dim=-1, keepdim=True)\n"
                 "        out = torch.cat((out, nxt), dim=1)\n"
+                "        if i == max_new_tokens - 1:\n"
+                "            break\n"
+                "        if n_cached == model.context_length:\n"
+                "            model.reset_cache()\n"
+                "            logits = model(out[:, -model.context_length:], use_cache=True)[:, -1]\n"
+                "        else:\n"
+                "            logits = model(nxt, use_cache=True)[:, -1]\n"
+                "            n_cached += 1\n"
                 "    return out\n",
             "train_step":
                 "def train_step(model, optimizer, inputs, targets):\n"
@@ -190,12 +247,13 @@ VARIANTS = {
                 "    return float(loss.detach())\n",
         },
     },
-    # einsum attention with an additive mask, a hand-written softmax over the top k, a loss written out
+    # einsum attention with an additive mask and a list as cache, a hand-written softmax over the top k, generation
+    # that reads the last token once more than needed, a loss written out
     "einsum_manual_sampling": {
         "kind": "correct",
         "cells": {
             "multi_head_attention":
-                "class MultiHeadAttention(nn.Module):\n"
+                "class MultiHeadAttentionWithCache(nn.Module):\n"
                 "    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):\n"
                 "        super().__init__()\n"
                 "        if d_out % num_heads:\n"
@@ -206,23 +264,34 @@ VARIANTS = {
                 "        self.out_proj = nn.Linear(d_out, d_out)\n"
                 "        self.drop = nn.Dropout(dropout)\n"
                 "        self.heads, self.context_length = num_heads, context_length\n"
+                "        self.cache = []\n"
                 "\n"
-                "    def forward(self, x):\n"
+                "    def reset_cache(self):\n"
+                "        self.cache = []\n"
+                "\n"
+                "    def forward(self, x, use_cache=False):\n"
                 "        b, t, _ = x.shape\n"
-                "        if t > self.context_length:\n"
-                "            raise ValueError(f'{t} tokens > context_length')\n"
+                "        kept = self.cache[0].shape[1] if use_cache and self.cache else 0\n"
+                "        if kept + t > self.context_length:\n"
+                "            raise ValueError(f'{kept + t} tokens > context_length')\n"
                 "        q = self.W_query(x).unflatten(-1, (self.heads, -1))\n"
                 "        k = self.W_key(x).unflatten(-1, (self.heads, -1))\n"
                 "        v = self.W_value(x).unflatten(-1, (self.heads, -1))\n"
+                "        if use_cache:\n"
+                "            if self.cache:\n"
+                "                k, v = torch.cat([self.cache[0], k], 1), torch.cat([self.cache[1], v], 1)\n"
+                "            self.cache = [k, v]\n"
                 "        s = torch.einsum('bqhd,bkhd->bhqk', q, k) / math.sqrt(q.shape[-1])\n"
-                "        s = s + torch.full((t, t), -1e9).triu(1)\n"
+                "        s = s + torch.full((t, kept + t), -1e9).triu(kept + 1)\n"
                 "        w = self.drop(F.softmax(s, dim=-1))\n"
                 "        return self.out_proj(torch.einsum('bhqk,bkhd->bqhd', w, v).flatten(2))\n",
             "generate":
                 "def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):\n"
+                "    model.reset_cache()\n"
+                "    window = idx if idx.shape[1] <= model.context_length else idx[:, idx.shape[1] - model.context_length:]\n"
+                "    scaled = model(window, use_cache=True)[:, -1] / temperature\n"
+                "    used = window.shape[1]\n"
                 "    for step in range(max_new_tokens):\n"
-                "        context = idx if idx.shape[1] <= model.context_length else idx[:, idx.shape[1] - model.context_length:]\n"
-                "        scaled = model(context)[:, -1] / temperature\n"
                 "        if top_k:\n"
                 "            top = torch.topk(scaled, top_k, dim=-1)\n"
                 "            p = torch.exp(top.values - top.values.max(-1, keepdim=True).values)\n"
@@ -231,6 +300,12 @@ VARIANTS = {
                 "        else:\n"
                 "            choice = torch.multinomial(F.softmax(scaled, -1), 1, generator=generator)\n"
                 "        idx = torch.cat([idx, choice], 1)\n"
+                "        if used < model.context_length:  # one more read after the last token: only wasted work\n"
+                "            scaled = model(choice, use_cache=True)[:, -1] / temperature\n"
+                "            used += 1\n"
+                "        elif step < max_new_tokens - 1:\n"
+                "            model.reset_cache()\n"
+                "            scaled = model(idx[:, -model.context_length:], use_cache=True)[:, -1] / temperature\n"
                 "    return idx\n",
             "train_step":
                 "def train_step(model, optimizer, inputs, targets):\n"
@@ -245,14 +320,14 @@ VARIANTS = {
     },
     "mha_no_mask": {
         "kind": "mistake",
-        "cells": {"multi_head_attention": _edit(_MHA, ("        scores = scores.masked_fill(self.mask[:t, :t], float('-inf'))\n", ""))},
-        "fails": {"test_multi_head_attention": "sees the future"},
+        "cells": {"multi_head_attention": _edit(_MHA, ("        scores = scores.masked_fill(self.mask[kept:kept + t, :kept + t], float('-inf'))\n", ""))},
+        "fails": {"test_multi_head_attention": "sees the future", "test_tiny_gpt_cache": "full pass sees the future"},
     },
     "mha_mask_not_kept": {
         "kind": "mistake",
         "cells": {"multi_head_attention": _SILENCE_CHECKS + _edit(_MHA, (
             "        scores = scores.masked_fill(", "        scores.masked_fill("))},
-        "fails": {"test_multi_head_attention": "sees the future"},
+        "fails": {"test_multi_head_attention": "sees the future", "test_tiny_gpt_cache": "full pass sees the future"},
     },
     "mha_qkv_bias_ignored": {
         "kind": "mistake",
@@ -264,17 +339,17 @@ VARIANTS = {
     "block_post_ln": {
         "kind": "mistake",
         "cells": {"transformer_block": _SILENCE_CHECKS + _edit(_BLOCK, (
-            "        x = x + self.dropout(self.att(self.norm1(x)))\n"
+            "        x = x + self.dropout(self.att(self.norm1(x), use_cache=use_cache))\n"
             "        x = x + self.dropout(self.ff(self.norm2(x)))\n",
-            "        x = self.norm1(x + self.dropout(self.att(x)))\n"
+            "        x = self.norm1(x + self.dropout(self.att(x, use_cache=use_cache)))\n"
             "        x = self.norm2(x + self.dropout(self.ff(x)))\n"))},
         "fails": {"test_transformer_block": "post-LayerNorm"},
     },
     "block_residual_of_normed_input": {
         "kind": "mistake",
         "cells": {"transformer_block": _SILENCE_CHECKS + _edit(_BLOCK, (
-            "        x = x + self.dropout(self.att(self.norm1(x)))\n",
-            "        x = self.norm1(x)\n        x = x + self.dropout(self.att(x))\n"),
+            "        x = x + self.dropout(self.att(self.norm1(x), use_cache=use_cache))\n",
+            "        x = self.norm1(x)\n        x = x + self.dropout(self.att(x, use_cache=use_cache))\n"),
             ("        x = x + self.dropout(self.ff(self.norm2(x)))\n",
              "        x = self.norm2(x)\n        x = x + self.dropout(self.ff(x))\n"))},
         "fails": {"test_transformer_block": "normalised input"},
@@ -293,11 +368,11 @@ VARIANTS = {
     "gpt_python_list_of_blocks": {
         "kind": "mistake",
         "cells": {"tiny_gpt": _SILENCE_CHECKS + _edit(_GPT, ("nn.ModuleList([", "list(["))},
-        "fails": {"test_tiny_gpt": "missing"},
+        "fails": {"test_tiny_gpt": "missing", "test_tiny_gpt_cache": "its parameters"},
     },
     "gpt_no_positions": {
         "kind": "mistake",
-        "cells": {"tiny_gpt": _SILENCE_CHECKS + _edit(_GPT, (" + self.pos_emb(torch.arange(t))", ""))},
+        "cells": {"tiny_gpt": _SILENCE_CHECKS + _edit(_GPT, (" + self.pos_emb(torch.arange(start, start + t))", ""))},
         "fails": {"test_tiny_gpt": "pos_emb(positions"},
     },
     "gpt_no_final_norm": {
@@ -307,9 +382,9 @@ VARIANTS = {
     },
     "gpt_no_context_check": {
         "kind": "mistake",
-        "cells": {"tiny_gpt": _edit(_GPT, ("        if t > self.context_length:\n"
+        "cells": {"tiny_gpt": _edit(_GPT, ("        if start + t > self.context_length:\n"
                                            "            raise ValueError(f'{t} tokens do not fit context_length={self.context_length}')\n", ""))},
-        "fails": {"test_tiny_gpt": "context_length"},
+        "fails": {"test_tiny_gpt": "context_length", "test_tiny_gpt_cache": "context_length"},
     },
     "generate_ignores_temperature": {
         "kind": "mistake",
@@ -335,6 +410,24 @@ VARIANTS = {
         "kind": "mistake",
         "cells": {"generate": _SILENCE_CHECKS + _edit(_GENERATE, ("idx[:, -model.context_length:]", "idx"))},
         "fails": {"test_generate": "context_length"},
+    },
+    "mha_cache_top_left": {
+        "kind": "mistake",
+        "cells": {"multi_head_attention": _SILENCE_CHECKS + _edit(_MHA, ("self.mask[kept:kept + t, :kept + t]",
+                                                                          "self.mask[:t, :kept + t]"))},
+        "fails": {"test_multi_head_attention": "bottom-right", "test_tiny_gpt_cache": "use_cache=True"},
+    },
+    "gpt_positions_not_offset": {
+        "kind": "mistake",
+        "cells": {"tiny_gpt": _SILENCE_CHECKS + _edit(_GPT, ("torch.arange(start, start + t)", "torch.arange(t)"))},
+        "fails": {"test_tiny_gpt_cache": "positions after the cached ones"},
+    },
+    "generate_without_cache": {
+        "kind": "mistake",
+        "cells": {"generate": _SILENCE_CHECKS + _edit(_GENERATE, ("logits = model(fresh, use_cache=True)[:, -1, :]",
+                                                                  "logits = model(idx[:, -model.context_length:])"
+                                                                  "[:, -1, :]"))},
+        "fails": {"test_generate": "through the cache"},
     },
     "train_step_no_zero_grad": {
         "kind": "mistake",

@@ -246,3 +246,11 @@ def whole_records(check, judge):
         return judge(got, want)
 
     return checked
+
+
+def random_chunks(inputs, num_tokens):
+    """Sizes of consecutive chunks of 1 to 3 tokens that add up to num_tokens: a sequence fed through a KV cache."""
+    sizes = []
+    while sum(sizes) < num_tokens:
+        sizes.append(min(inputs.randint(1, 4), num_tokens - sum(sizes)))
+    return sizes

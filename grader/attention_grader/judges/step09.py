@@ -10,8 +10,8 @@ import torch
 
 from attention_grader.judging import (G, Check, Inputs, Program, call_check, compare, expect_value_error,
                                       raised_message)
-from attention_grader.judges.common import (ANY_VALUES, attention_state, dropout_check, first_raised, tensor_of,
-                                            with_hint)
+from attention_grader.judges.common import (ANY_VALUES, attention_state, dropout_check, first_raised, random_chunks,
+                                            tensor_of, with_hint)
 
 TOP_LEFT = ("the causal mask is aligned to the top-left corner, as SDPA's is_causal=True does when T_q != T_k: a new "
             "query i is token T_k - T_q + i and may see keys 0 .. T_k - T_q + i (the mask's diagonal ends in the "
@@ -93,14 +93,6 @@ def cached_attention(inputs):
         check.mistakes = MASK_MISTAKES
         checks.append(check)
     return checks
-
-
-def random_chunks(inputs, num_tokens):
-    """Sizes of consecutive chunks that add up to num_tokens."""
-    sizes = []
-    while sum(sizes) < num_tokens:
-        sizes.append(min(inputs.randint(1, 4), num_tokens - sum(sizes)))
-    return sizes
 
 
 def cache_check(inputs, d_in, d_out, heads, context, num_tokens, b, bias, mode="eval"):

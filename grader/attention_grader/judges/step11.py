@@ -14,7 +14,8 @@ import torch
 
 from attention_grader.judging import (G, Check, Program, _kind, call_check, compare, default_judge,
                                       expect_value_error, raised_message)
-from attention_grader.judges.step07 import ANY_VALUES, dropout_check, first_raised, linear_state, tensor_of, with_hint
+from attention_grader.judges.common import (ANY_VALUES, dropout_check, first_raised, linear_state, random_chunks,
+                                            tensor_of, with_hint)
 
 INTERLEAVED = ("the pairs are interleaved (x[2i], x[2i + 1]), the RoFormer paper's convention; this course uses "
                "rotate-half pairs (x[i], x[i + head_dim/2]), as Hugging Face's Llama does")
@@ -222,13 +223,6 @@ def attention_from(rotated, values_of, calls, state, num_heads, *, kv_order="gro
         merged = (weights @ values).transpose(1, 2).flatten(2)
         outputs.append(merged @ state["out_proj.weight"].double().T + state["out_proj.bias"].double())
     return outputs
-
-
-def random_chunks(inputs, num_tokens):
-    sizes = []
-    while sum(sizes) < num_tokens:
-        sizes.append(min(inputs.randint(1, 4), num_tokens - sum(sizes)))
-    return sizes
 
 
 def gqa_check(inputs, d_in, d_out, heads, kv_heads, context, num_tokens, b, bias, base, mode="eval"):

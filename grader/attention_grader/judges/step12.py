@@ -1,10 +1,12 @@
-"""Judges of step 12: multi-head attention, a pre-LayerNorm transformer block, a tiny GPT, sampling, a training step.
+"""Judges of step 12: cached multi-head attention, a pre-LayerNorm block, a tiny GPT and its cache, sampling, training.
 
 Each part is graded on its own. The block's check also records the student's own attention on the inputs the block
 gives it (computed here from the loaded weights), and accepts a block that computes the right thing from those
 outputs; the model's check records the student's blocks one after the other on the embeddings computed here, and
-accepts a model that is right given its blocks. `generate` and `train_step` run on the notebook's locked
-`BigramModel`, not on the student's model. Sampling is judged by its statistics, not by the draws (any correct use
+accepts a model that is right given its blocks. The model's cache is judged on its own cell, against the answer key:
+it builds on Parts 1 and 2 by its nature (README). `generate` and `train_step` run on the notebook's locked
+`BigramModel`, not on the student's model; it counts the tokens it reads, which shows whether `generate` reads each
+new token once through the cache. Sampling is judged by its statistics, not by the draws (any correct use
 of the generator passes): tokens outside the top k, and frequencies that fit another temperature, are named.
 """
 import math
@@ -13,15 +15,16 @@ import torch
 import torch.nn.functional as F
 
 from attention_grader.judging import G, Check, Program, compare, default_judge, expect_value_error, generator
-from attention_grader.judges.common import attention_state, first_raised, linear_state, tensor_of, with_hint
+from attention_grader.judges.common import (attention_state, first_raised, linear_state, random_chunks, tensor_of,
+                                            with_hint)
 
 MHA_PARAMETERS = ("W_query, W_key, W_value = nn.Linear(d_in, d_out, bias=qkv_bias), out_proj = nn.Linear(d_out, "
-                  "d_out), as in step 7")
+                  "d_out), as in steps 07 and 09")
 MHA_VALUES = ("split heads, scores / sqrt(head_dim), causal mask, softmax over the keys, weighted sum of the values, "
               "merge the heads, out_proj")
 SEES_FUTURE = ("the outputs at earlier positions changed when only later tokens changed: the attention sees the "
                "future (mask the scores above the diagonal before the softmax, and keep the result of masked_fill)")
-BLOCK_PARAMETERS = ("norm1 and norm2 = nn.LayerNorm(d_model), att = MultiHeadAttention(d_model, d_model, "
+BLOCK_PARAMETERS = ("norm1 and norm2 = nn.LayerNorm(d_model), att = MultiHeadAttentionWithCache(d_model, d_model, "
                     "context_length, dropout, num_heads), ff = nn.Sequential(nn.Linear(d_model, 4 * d_model), "
                     "nn.GELU(), nn.Linear(4 * d_model, d_model))")
 BLOCK_HINT = "x = x + dropout(att(norm1(x))), then x = x + dropout(ff(norm2(x)))"
@@ -34,6 +37,10 @@ GPT_PARAMETERS = ("tok_emb = nn.Embedding(vocab_size, d_model), pos_emb = nn.Emb
                   "blocks (nn.ModuleList of TransformerBlock), final_norm = nn.LayerNorm(d_model), out_head = "
                   "nn.Linear(d_model, vocab_size, bias=False)")
 GPT_HINT = "tok_emb(idx) + pos_emb(positions 0 .. T-1), every block in order, final_norm, out_head"
+CACHE_HINT = ("with use_cache=True the new queries attend to the kept keys and values and the new ones (torch.cat "
+              "along the tokens), with the mask aligned to the bottom-right corner; keep the result for the next call")
+GPT_CACHE_HINT = ("with use_cache=True every block gets use_cache=True and the new tokens sit at the positions after the "
+                  "cached ones: pos_emb(kept .. kept + T - 1); reset_cache() empties every block's cache")
 GENERATE_HINT = ("run the model on idx[:, -model.context_length:], keep the logits of the last position, divide by "
                  "the temperature, keep the top_k largest, softmax, torch.multinomial, append")
 TEMPERATURE_IGNORED = "the temperature is ignored: divide the logits by it before the softmax"
@@ -68,16 +75,16 @@ def sees_future(got, first, second, cut):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Part 1: MultiHeadAttention
+# Part 1: MultiHeadAttentionWithCache
 # ---------------------------------------------------------------------------------------------------------------
 
 def mha_check(inputs, d_in, d_out, context, heads, b, num_tokens, bias):
-    what = (f"MultiHeadAttention({d_in}, {d_out}, {context}, 0.0, num_heads={heads}, qkv_bias={bias}) on a random "
+    what = (f"MultiHeadAttentionWithCache({d_in}, {d_out}, {context}, 0.0, num_heads={heads}, qkv_bias={bias}) on a random "
             f"({b}, {num_tokens}, {d_in}) input")
     state, x = attention_state(inputs, d_in, d_out, bias), inputs.randn(b, num_tokens, d_in)
     cut = max(1, num_tokens // 2)
     p = Program()
-    module = p.call(G("MultiHeadAttention"), d_in, d_out, context, 0.0, heads, qkv_bias=bias)
+    module = p.call(G("MultiHeadAttentionWithCache"), d_in, d_out, context, 0.0, heads, qkv_bias=bias)
     p.record(module, "its parameters", MHA_PARAMETERS, kind="parameters")
     p.load(module, state, hint=MHA_PARAMETERS)
     p.call(module.attr("eval"))
@@ -100,12 +107,41 @@ def multi_head_attention(inputs):
                                                     (5, 6, 6, 1, 3, 4, False), (3, 16, 9, 4, 2, 9, False),
                                                     (7, 10, 4, 5, 2, 1, True)]]
     p = Program()
-    p.call(G("MultiHeadAttention"), 4, 9, 5, 0.0, 2)
-    checks.append(expect_value_error("MultiHeadAttention(4, 9, 5, 0.0, num_heads=2)", p, "d_out"))
+    p.call(G("MultiHeadAttentionWithCache"), 4, 9, 5, 0.0, 2)
+    checks.append(expect_value_error("MultiHeadAttentionWithCache(4, 9, 5, 0.0, num_heads=2)", p, "d_out"))
     p = Program()
-    p.call(p.call(G("MultiHeadAttention"), 4, 8, 5, 0.0, 2), p.tensor(torch.zeros(1, 6, 4)))
-    checks.append(expect_value_error("MultiHeadAttention(4, 8, 5, 0.0, num_heads=2) on 6 tokens", p, "context_length"))
+    p.call(p.call(G("MultiHeadAttentionWithCache"), 4, 8, 5, 0.0, 2), p.tensor(torch.zeros(1, 6, 4)))
+    checks.append(expect_value_error("MultiHeadAttentionWithCache(4, 8, 5, 0.0, num_heads=2) on 6 tokens", p,
+                                     "context_length"))
+    checks += [mha_cache_check(inputs, *case) for case in [(5, 8, 7, 2, 7, 2, False), (4, 6, 5, 3, 5, 1, True),
+                                                           (3, 12, 9, 4, 8, 2, False)]]
+    p = Program()
+    module = p.call(G("MultiHeadAttentionWithCache"), 3, 8, 6, 0.0, 2)
+    p.call(module, p.tensor(torch.zeros(1, 4, 3)), use_cache=True)
+    p.call(module, p.tensor(torch.zeros(1, 3, 3)), use_cache=True)
+    checks.append(expect_value_error("MultiHeadAttentionWithCache(3, 8, 6, 0.0, num_heads=2): 3 new tokens with "
+                                     "use_cache=True after 4 cached ones", p, "context_length"))
     return checks
+
+
+def mha_cache_check(inputs, d_in, d_out, context, heads, num_tokens, b, bias):
+    built = f"MultiHeadAttentionWithCache({d_in}, {d_out}, {context}, 0.0, num_heads={heads}, qkv_bias={bias})"
+    x = inputs.randn(b, num_tokens, d_in)
+    p = Program()
+    module = p.call(G("MultiHeadAttentionWithCache"), d_in, d_out, context, 0.0, heads, qkv_bias=bias)
+    p.record(module, "its parameters", MHA_PARAMETERS, kind="parameters")
+    p.load(module, attention_state(inputs, d_in, d_out, bias), hint=MHA_PARAMETERS)
+    p.call(module.attr("eval"))
+    for chunks in ([1] * num_tokens, random_chunks(inputs, num_tokens)):
+        p.call(module.attr("reset_cache"))
+        for first, size in zip(torch.tensor([0] + chunks).cumsum(0).tolist(), chunks):
+            if first == num_tokens // 2:  # a call without the cache, between cached ones
+                p.record(p.call(module, p.tensor(x)), f"the output without the cache after {first} cached tokens",
+                         "use_cache=False must neither read nor write the cache", atol=1e-5, rtol=1e-5)
+            p.record(p.call(module, p.tensor(x[:, first:first + size]), use_cache=True),
+                     f"the output of tokens {first}-{first + size - 1} with use_cache=True after {first} cached "
+                     f"tokens (chunks {chunks})", CACHE_HINT, atol=1e-5, rtol=1e-5)
+    return Check(f"{built} fed a random {tuple(x.shape)} input through its cache", p)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -325,6 +361,61 @@ def tiny_gpt(inputs):
     return checks
 
 
+def gpt_cache_check(inputs, vocab, d_model, layers, heads, context, b, num_tokens):
+    built = f"TinyGPT({vocab}, {d_model}, {layers}, {heads}, {context}, 0.0)"
+    what = (f"{built} fed random token ids {tuple((b, num_tokens))} through its cache (greedy generation with and "
+            "without the cache agrees only if these logits equal the full pass's)")
+    idx = torch.tensor([[inputs.randint(0, vocab) for _ in range(num_tokens)] for _ in range(b)])
+    p = Program()
+    model = p.call(G("TinyGPT"), vocab, d_model, layers, heads, context, 0.0)
+    p.record(model, "its parameters", GPT_PARAMETERS, kind="parameters")
+    p.load(model, gpt_state(inputs, vocab, d_model, layers, context), hint=GPT_PARAMETERS)
+    p.call(model.attr("eval"))
+    cut = max(1, num_tokens // 2)
+    p.record(p.call(model, p.tensor(idx)), "the logits without the cache", atol=float("inf"))
+    p.record(p.call(model, p.tensor(changed_later(inputs, idx, cut, vocab))), "the logits without the cache after the "
+             f"tokens at positions {cut}.. changed", atol=float("inf"))
+    pieces = []
+    for chunks in ([1] * num_tokens, random_chunks(inputs, num_tokens)):
+        p.call(model.attr("reset_cache"))
+        for first, size in zip(torch.tensor([0] + chunks).cumsum(0).tolist(), chunks):
+            p.record(p.call(model, p.tensor(idx[:, first:first + size]), use_cache=True),
+                     f"the logits of tokens {first}-{first + size - 1} with use_cache=True after {first} cached tokens "
+                     f"(chunks {chunks})", GPT_CACHE_HINT, atol=1e-4, rtol=1e-4)
+            pieces.append((first, size))
+
+    def judge(got, want):
+        problem = default_judge(check, got, want)
+        if problem is None or not built_right(check, got, want) or first_raised(got) or len(got) != 4 + len(pieces):
+            return problem
+        try:  # right, given the student's own blocks (Parts 1 and 2 are graded there), if it agrees with its full pass
+            full = tensor_of(got[2])
+            if all(torch.allclose(tensor_of(record), full[:, first:first + size], atol=1e-4, rtol=1e-4)
+                   for record, (first, size) in zip(got[4:], pieces)):
+                return None
+        except (KeyError, TypeError, RuntimeError, IndexError):
+            return problem
+        if sees_future(got, 2, 3, cut):
+            return (problem.split("\n  likely mistake: ")[0] + "\n  likely mistake: the model's full pass sees the "
+                    "future (see Part 1), and a cache, which has no later tokens to show, cannot agree with it")
+        return problem
+
+    check = Check(what, p, judge=judge)
+    return check
+
+
+def tiny_gpt_cache(inputs):
+    checks = [gpt_cache_check(inputs, *case) for case in [(11, 8, 2, 2, 6, 2, 6), (7, 12, 1, 3, 8, 1, 7),
+                                                          (9, 8, 3, 4, 9, 2, 5)]]
+    p = Program()
+    model = p.call(G("TinyGPT"), 5, 8, 1, 2, 6, 0.0)
+    p.call(model, p.tensor(torch.zeros(1, 4, dtype=torch.long)), use_cache=True)
+    p.call(model, p.tensor(torch.zeros(1, 3, dtype=torch.long)), use_cache=True)
+    checks.append(expect_value_error("TinyGPT(5, 8, 1, 2, 6, 0.0): 3 new tokens with use_cache=True after 4 cached "
+                                     "ones", p, "context_length"))
+    return checks
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Part 4: generate
 # ---------------------------------------------------------------------------------------------------------------
@@ -344,7 +435,23 @@ def greedy_check(inputs, vocab, context, b, prompt_length, new):
     model, table = bigram(p, inputs, vocab, context)
     idx = torch.tensor([[inputs.randint(0, vocab) for _ in range(prompt_length)] for _ in range(b)])
     p.record(p.call(G("generate"), model, p.tensor(idx), new, top_k=1), "the ids", GENERATE_HINT)
-    return Check(what, p)
+    p.record(model.attr("tokens_read"), "the tokens the model read", atol=float("inf"))
+
+    def judge(got, want):
+        problem = default_judge(check, got[:2], want[:2])
+        if problem:
+            return problem
+        read, least = int(got[2].get("int", -1)) if len(got) > 2 else -1, int(want[2]["int"])
+        if not least <= read <= least + 1:  # one more read, of the last token drawn, is only wasted work
+            return (f"{what} made the model read {read} tokens; through the cache it reads {least}: the prompt (its "
+                    "last context_length tokens) once, then each drawn token once, and the latest window again only "
+                    "when the cache is full\n  likely mistake: after the first call, run model(last_token, "
+                    "use_cache=True) on the token drawn last only; call reset_cache() before the prompt and when the "
+                    "cache is full")
+        return None
+
+    check = Check(what, p, judge=judge)
+    return check
 
 
 def top_k_check(inputs, vocab, context, b, new, k, temperature):
@@ -474,6 +581,7 @@ CELLS = {
     "test_multi_head_attention": multi_head_attention,
     "test_transformer_block": transformer_block,
     "test_tiny_gpt": tiny_gpt,
+    "test_tiny_gpt_cache": tiny_gpt_cache,
     "test_generate": generate_checks,
     "test_train_step": train_step_checks,
 }
