@@ -66,6 +66,13 @@ def alive(process):
         return False
 
 
+def command_line(process):
+    try:
+        return " ".join(process.cmdline()[:4])
+    except psutil.Error:
+        return "(ended)"
+
+
 def logs(folder):
     return "\n".join(f"--- {path}\n{path.read_text()[-3000:]}" for path in sorted(Path(folder).glob("*.log")))
 
@@ -121,13 +128,16 @@ def test_a_dask_cluster_grades_like_one_machine_when_a_worker_is_killed(tmp_path
         time.sleep(1.0)  # in the middle of its batch
         its_processes = psutil.Process(workers[victim].pid).children(recursive=True)
         assert its_processes, "the worker grades in a process of its own"
+        shown = {p.pid: command_line(p) for p in its_processes}
         workers[victim].send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        while any(map(alive, its_processes)) and time.monotonic() < killed + 1.0:
+            time.sleep(0.05)
+        left = [f"{p.pid} {shown[p.pid]}" for p in its_processes if alive(p)]  # would grade beside the task's rerun
         out, err = grading.communicate(timeout=600)
         assert grading.returncode == 0, f"{out}\n{err[-3000:]}\n{logs(tmp_path / 'dask')}\n{logs(shared / STAGING)}"
 
-    time.sleep(1)
-    left = [p for p in its_processes if alive(p)]
-    assert not left, f"the killed worker's grading processes outlived it: {left}"
+    assert not left, f"the killed worker's grading processes outlived it by a second: {left}"
     per_worker = dict(line.split()[:2] for line in out.split("Per worker:")[1].split("\n\n")[0].strip().splitlines())
     assert sum(map(int, per_worker.values())) == len(STUDENTS) * len(STEPS), out
     assert len(per_worker) >= 2 and set(per_worker) <= set(workers), out
