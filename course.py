@@ -7,6 +7,7 @@
     python3 course.py grade      autograde every submission, with feedback, a summary and grades.csv (--help)
     python3 course.py build      regenerate release/ and solutions/ from source/ (--lessons: re-execute notebooks/ too)
     python3 course.py build STEP ...            only these steps (and, with --lessons, only their lessons)
+    sudo python3 course.py hub   a class on this machine: JupyterHub, an account per student (docs/hub.md, --help)
 """
 import hashlib
 import os
@@ -141,7 +142,7 @@ def copy_release_to_work():
 
 def main(argv):
     command = argv[0] if argv else "help"
-    if command not in ("start", "test", "build", "grade"):
+    if command not in ("start", "test", "build", "grade", "hub"):
         print(__doc__)
         return 0 if command in ("help", "-h", "--help") else 2
     if Path(sys.prefix).resolve() != VENV.resolve():
@@ -175,6 +176,10 @@ def main(argv):
     if command == "grade":
         from attention_grader.grading import main as grade
         return grade(argv[1:])
+    if command == "hub":
+        sys.path.insert(0, str(ROOT / "hub"))
+        from classhub import main as hub
+        return hub(argv[1:])
     build([a for a in argv[1:] if not a.startswith("--")], lessons="--lessons" in argv)
     return 0
 
