@@ -3,10 +3,10 @@ headless Chromium, each person logged in with their own password.
 
 What goes through the browser: every login; the instructor's formgrader (generate, release, collect, release
 feedback); the students' Assignment List (fetch, submit, fetch feedback) and their feedback page; `course.py grade`
-typed into the instructor's JupyterLab terminal. Two steps use a server's REST API, with the student's own browser
-session, where typing a notebook would only be slower: writing the student's answers into the fetched notebook
-(the contents API), and nothing else. The attempts to read what is not one's own run as each student's Unix account
-(`runuser`), with the hub's Python, as code in the student's kernel would.
+typed into the instructor's JupyterLab terminal. One step uses a server's REST API instead, with the student's own
+browser session, where typing a notebook would only be slower: saving the student's answers into the fetched notebook
+(Jupyter's contents API). The attempts to read what is not one's own run as each student's Unix account (`runuser`),
+with the class's Python, as code in the student's kernel or terminal would.
 
 Needs root (it creates Unix accounts; CI runs it as root) and skips without it, with one loud line. Screenshots go to
 artifacts/hub/.
@@ -239,6 +239,7 @@ def test_a_class_releases_fetches_submits_grades_and_returns_feedback(browser, h
         assert any("singleuser" in command for command in processes_of(pwd.getpwnam(name).pw_uid).values())
         names = page.locator(".jp-DirListing-content .jp-DirListing-itemText")
         expect(names).to_have_text(["notebooks", "work", "HOME.md"])  # no answer key, source or grader to list
+        assert page.request.get(f"{hub['url']}/user/{name}/formgrader").status == 404  # no instructor tools
         listing = assignment_list(page)
         listing.locator("#released_assignments_list .list_item", has_text=STEP).get_by_role("button", name="Fetch") \
             .click()
@@ -297,6 +298,7 @@ def test_each_student_is_refused_what_is_not_their_own(hub):
     for name, other in [STUDENTS, STUDENTS[::-1]]:
         for what, path in targets.items():
             path = path or Path(pwd.getpwnam(other).pw_dir) / "work" / STEP / f"{STEP}.ipynb"
+            assert path.exists(), f"{what} ({path}) should exist: the class test before this one makes it"
             said = as_user(hub, name, f"import os\np = {str(path)!r}\n"
                                  "print(os.listdir(p) if os.path.isdir(p) else open(p, 'rb').read(10))")
             assert "PermissionError: [Errno 13] Permission denied" in said, f"{name} read {what} ({path}): {said}"
