@@ -2,10 +2,10 @@
 import os
 
 from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
-from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, Execute, GetGrades,
-                                    IgnorePattern, LimitOutput, OverwriteKernelspec, SaveAutoGrades)
+from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, Execute, IgnorePattern,
+                                    LimitOutput, OverwriteKernelspec, SaveAutoGrades)
 
-from attention_grader.feedback import HideHiddenTests, SanitizeStudentHTML
+from attention_grader.feedback import GetGradesOrPending, HideHiddenTests, SanitizeStudentHTML, score_or_pending
 from attention_grader.forking import ForkingExecute
 from attention_grader.judging import JudgeCells, PlanHiddenChecks
 from attention_grader.sanitize import DropDuplicateIds, RestoreCells
@@ -60,7 +60,8 @@ c.OverwriteCells.add_missing_cells = True
 # Feedback shows what failed and why, never the hidden checks (see attention_grader/feedback.py).
 # Student markdown and outputs are shown without running any script, in feedback and in formgrader (whose view of a
 # submission is an HTMLExporter built from this config): nbconvert's bleach-based SanitizeHTML, also applied to markdown syntax.
-c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, SanitizeStudentHTML, CSSHTMLHeaderPreprocessor]
+c.GenerateFeedback.preprocessors = [GetGradesOrPending, HideHiddenTests, SanitizeStudentHTML, CSSHTMLHeaderPreprocessor]
+c.HTMLExporter.filters = {"float": score_or_pending}  # shows "not graded yet" where nbgrader's template says 0.0
 c.HTMLExporter.preprocessors = [SanitizeStudentHTML]
 c.HTMLExporter.sanitize_html = True
 

@@ -174,6 +174,23 @@ def test_feedback_shows_failures_but_no_hidden_test(step, graded):
                 f"the feedback of {variant} on {step} does not say {text!r}")
 
 
+@pytest.mark.parametrize("step", STEPS)
+def test_feedback_says_a_written_answer_is_not_graded_yet(step, graded):
+    """Feedback goes out right after autograde, before the instructor grades written answers by hand: those read "not
+    graded yet", and the heading says how many points are still to come (nbgrader's template shows 0.0)."""
+    written = [cell for cell in harness.source_notebook(step).cells if cell.cell_type == "markdown"
+               and cell.metadata.get("nbgrader", {}).get("grade")]
+    text = graded[step]["feedback"][ANSWER_KEY]
+    points = sum(float(cell.metadata.nbgrader.points) for cell in written)
+    if not written:
+        assert "not graded yet" not in text and "still to be graded" not in text
+        return
+    assert text.count("Written response (Score: not graded yet") == len(written), text[:2000]
+    assert "Written response (Score: 0.0" not in text
+    unit = "1 point" if points == 1 else f"{points:g} points"
+    assert f"/ {float(sum(harness.autograded_cells(step).values()) + points):.1f}, {unit} still to be graded by hand)" in text
+
+
 BANK = [(step, name) for step in STEPS for name in sorted(harness.bank(step))]
 
 
