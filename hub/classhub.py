@@ -1,5 +1,6 @@
-"""A class on one machine: JupyterHub with a Unix account per student and one for the instructor, nbgrader's exchange
-between them (`sudo python3 course.py hub`; docs/hub.md).
+"""A class on one machine: JupyterHub, a Unix account per student and one for the instructor, nbgrader's exchange.
+
+`sudo python3 course.py hub` makes what is below, then runs JupyterHub with hub/jupyterhub_config.py (docs/hub.md).
 
     ROOT/            root:CLASS 0750: only the class's accounts (and root) get in
       env/           the course environment, linked file by file from .venv; its student package is public/'s and its
@@ -7,7 +8,7 @@ between them (`sudo python3 course.py hub`; docs/hub.md).
       public/        what every account reads: the student package, the lessons, the course home, Jupyter settings
       exchange/      nbgrader's exchange, 1777 as /tmp: anyone may write in it, nobody may remove what is not theirs
       course/        the instructor's home and the course (0700): source/, solutions/, grader/, gradebook, secret
-      hub/           JupyterHub's own files (0700): its database, cookie secret, the class (class.json), the proxy's
+      hub/           JupyterHub's own files (0700): its database, cookie secret, the class (class.json), the proxy's pid
       passwords      "name password" per line (0600): written for new accounts, applied at every start; edit it to
                      change a password
 """
@@ -89,7 +90,7 @@ def make_accounts(args, where):
     where["passwords"].touch()
     where["passwords"].chmod(0o600)
     where["passwords"].write_text("".join(f"{name} {password.strip()}\n" for name, password in passwords.items()))
-    run("chpasswd", input="".join(f"{name}:{password.strip()}\n" for name, password in passwords.items()).encode())
+    run("chpasswd", input="".join(f"{name}:{passwords[name].strip()}\n" for name in accounts(args)).encode())
     return group
 
 
@@ -194,7 +195,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def sandbox_line(env, instructor):
+def sandbox_line(instructor):
     """One line on whether `course.py grade` can start its sandbox as the instructor."""
     bwrap = shutil.which("bwrap")
     works = bwrap and subprocess.run(["runuser", "-u", instructor, "--", bwrap, "--unshare-all", "--ro-bind", "/", "/",
@@ -235,7 +236,7 @@ def setup(args):
     state = {"root": str(root), "ip": args.ip, "port": args.port, "hub_port": free_port(), "api_port": free_port(),
              "proxy": str(PROXY), "instructor": instructor, "students": [n for n, r in names.items() if r == "student"]}
     (where["hub"] / "class.json").write_text(json.dumps(state, indent=1))
-    print(sandbox_line(where["env"], instructor), flush=True)
+    print(sandbox_line(instructor), flush=True)
     return where
 
 
