@@ -2,7 +2,7 @@
 headless Chromium, each person logged in with their own password.
 
 What goes through the browser: every login; the instructor's formgrader (generate, release, collect, release
-feedback); the students' Assignment List (fetch, submit, fetch feedback) and their feedback page; `course.py grade`
+feedback); the students' Assignment List (fetch, submit, fetch feedback), Validate and their feedback page; `course.py grade`
 typed into the instructor's JupyterLab terminal. One step uses a server's REST API instead, with the student's own
 browser session, where typing a notebook would only be slower: saving the student's answers into the fetched notebook
 (Jupyter's contents API). The attempts to read what is not one's own run as each student's Unix account (`runuser`),
@@ -248,6 +248,15 @@ def test_a_class_releases_fetches_submits_grades_and_returns_feedback(browser, h
         path = f"work/{STEP}/{STEP}.ipynb"  # where the course home links the exercise
         assert (Path(pwd.getpwnam(name).pw_dir) / path).stat().st_uid == pwd.getpwnam(name).pw_uid
         put_notebook(page, hub, name, path, nb)
+        if name == STUDENTS[1]:  # Validate, in the notebook's toolbar, tells them what is wrong before they submit
+            page.goto(f"{hub['url']}/user/{name}/lab/tree/{path}")
+            page.locator(".jp-Notebook").wait_for()
+            page.locator("[data-jp-item-name=runAll]").get_by_text("Validate").click()
+            expect(page.locator(".jp-Dialog")).to_contain_text("likely mistake: return one number per token")
+            shot(page, f"{name}-validated")
+            page.locator(".jp-Dialog").get_by_role("button", name="Ok").click()
+            listing = assignment_list(page)
+            fetched = listing.locator("#fetched_assignments_list .list_item", has_text=STEP)
         fetched.get_by_role("button", name="Submit").click()
         expect(listing.locator("#submitted_assignments_list .list_item", has_text=STEP).first).to_be_visible()
         shot(page, f"{name}-submitted")
