@@ -8,6 +8,7 @@ copies of a generated course, on the same submissions drawn from the submission 
     .venv/bin/python benchmarks/grading_benchmark.py --students 4 --steps 01_dot_product_scores 02_softmax
     .venv/bin/python benchmarks/grading_benchmark.py                      # 40 students, all steps
     .venv/bin/python benchmarks/grading_benchmark.py --plain-sample 5     # plain nbgrader on 5 students only
+    .venv/bin/python benchmarks/grading_benchmark.py --scheduler --students 10   # on a Dask cluster: 1 worker, 3
 """
 import argparse
 import io
@@ -22,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 import harness  # noqa: E402
-from attention_grader import grading  # noqa: E402
+from attention_grader import distributed, grading  # noqa: E402
 from conftest import STEPS  # noqa: E402
 
 # These only wait for the cell timeout, which would measure the timeout rather than the grader.
@@ -114,6 +115,44 @@ def summary_lines(output, course_dir, most=10):
     return [line.replace(str(course_dir), "<course>") for line in kept]
 
 
+def grade_on_dask(work, base, answers, students, steps, counts):
+    """`course.py grade --scheduler`: the same class on a local Dask cluster of each size in `counts` (a scheduler
+    and one-thread workers as processes of this machine, as tests/test_distributed.py starts them); print them side
+    by side with the scaling efficiency (speed-up over one worker, divided by the workers)."""
+    from test_distributed import dask_cluster
+    rows = []
+    for count in counts:
+        course_dir = work / f"dask_{count}"
+        shutil.copytree(base, course_dir)
+        submit_class(course_dir, answers, set(students))
+        with dask_cluster(work / f"cluster_{count}", count) as (scheduler_file, _):
+            from distributed import Client
+            with Client(scheduler_file=str(scheduler_file)) as client:
+                client.wait_for_workers(count, timeout=300)
+            log(f"Dask: {len(answers)} notebooks, {count} workers, with feedback")
+            output = io.StringIO()
+            results, seconds = timed(distributed.grade_class, course_dir, str(scheduler_file), steps, timeout=10,
+                                     out=output)
+        per_worker = Counter(r.get("worker") for r in results)
+        rows.append((count, seconds, results, per_worker, (course_dir / "grades.csv").read_text(), output.getvalue()))
+    cores = os.cpu_count() or 1
+    print(f"`course.py grade --scheduler`, a local Dask cluster (one thread per worker, no nanny), "
+          f"autograde + feedback, on {cores} cores:")
+    print(f"{'workers':>7s} {'notebooks':>9s} {'wall s':>8s} {'nb/s':>7s} {'speed-up':>8s} {'efficiency':>10s}  "
+          f"per worker (notebooks, seconds)")
+    for count, seconds, results, per_worker, _, _ in rows:
+        speedup = rows[0][1] / seconds  # over the first (smallest) cluster
+        efficiency = speedup * rows[0][0] / count
+        busy = {name: sum(r["seconds"] for r in results if r.get("worker") == name) for name in per_worker if name}
+        figures = ", ".join(f"{name} {per_worker[name]} nb {busy[name]:.1f} s" for name in sorted(busy))
+        print(f"{count:7d} {len(results):9d} {seconds:8.1f} {len(results) / seconds:7.2f} {speedup:8.2f} "
+              f"{efficiency:10.2f}  {figures}")
+    same = all(row[4] == rows[0][4] for row in rows)
+    print(f"grades.csv identical on every cluster size: {'yes' if same else 'no'}")
+    for line in summary_lines(rows[-1][5], work):
+        print(f"Dask, {rows[-1][0]} workers: {line.strip()}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--students", type=int, default=40)
@@ -122,6 +161,10 @@ def main():
     parser.add_argument("--plain-sample", type=int, default=0,
                         help="plain nbgrader grades only the first K students; its time is extrapolated (0: all)")
     parser.add_argument("--keep", help="keep the course copies in this folder (base/, plain/, fast/)")
+    parser.add_argument("--scheduler", action="store_true",
+                        help="grade the class on a local Dask cluster of 1, then 3 workers instead (course.py grade "
+                             "--scheduler), side by side with the scaling efficiency")
+    parser.add_argument("--dask-workers", type=int, nargs="+", default=[1, 3], help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     steps = [step for step in STEPS if step in args.steps]
@@ -139,6 +182,18 @@ def main():
           "left out)")
     print(f"  left out as well: variants named *{'*, *'.join(SKIPPED)}* (they only wait for the cell timeout)")
     print(f"  mix: {', '.join(f'{kinds[k]} {k}' for k in ('correct', 'mistake', 'cheat', 'broken'))}")
+    if args.scheduler:
+        print(f"  load average at start: {os.getloadavg()[0]:.1f}", flush=True)
+        work = Path(args.keep).resolve() if args.keep else Path(tempfile.mkdtemp(prefix="grading_benchmark_"))
+        try:
+            log("building the course (generate_assignment for every step, about a minute)")
+            base = harness.make_course(work / "base")
+            grade_on_dask(work, base, answers, students, steps, args.dask_workers)
+        finally:
+            if not args.keep:
+                shutil.rmtree(work, ignore_errors=True)
+        print(f"load average at end: {os.getloadavg()[0]:.1f}")
+        return
     print("  plain nbgrader: COURSE_EXECUTOR=kernel, one `nbgrader autograde` per step, then "
           "`nbgrader generate_feedback` per step; serial (1 core)")
     print(f"  fast grader: python -m attention_grader.grading, all steps at once, {args.workers} workers; "

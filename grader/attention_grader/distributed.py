@@ -1,16 +1,16 @@
 """Grade a class on a Dask cluster: `python3 course.py grade --scheduler ADDRESS`.
 
 The same grading as on one machine (attention_grader/grading.py), with Dask's scheduler handing out the work: every
-batch of submissions (one assignment, a few students) is a Dask task. Each Dask worker keeps one grading process of
-the course, the same as a local worker, with its warm, sandboxed executor: started by the first task of a run on that
-worker and kept for the others. The course folder is on a filesystem every worker mounts at the same path
+batch of submissions (one assignment, a few students) is a Dask task. Each thread of each Dask worker keeps one
+grading process of the course, the same as a local worker, with its warm, sandboxed executor: started by the run's
+first task there (a warm-up, before any submission is handed out) and kept for the run's other tasks. The course folder is on a filesystem every worker mounts at the same path
 (docs/scale.md): the client stages submitted/ into .grading/ there, the workers read it, write autograded/ and
 feedback/ there and their grades to one gradebook server (PostgreSQL).
 
 Nothing lost, nothing twice: when a worker dies, the scheduler runs its tasks again on another worker, and its
 grading process dies with it (PR_SET_PDEATHSIG), so two processes never grade one submission at once. nbgrader's
-autograde --force updates the same gradebook rows when a task runs again. A task that killed every worker that
-tried it (distributed.scheduler.allowed-failures) ends flagged, not graded, with the reason. The client releases each
+autograde --force updates the same gradebook rows when a task runs again. A task whose every try ended with its
+worker dead (distributed.scheduler.allowed-failures) ends flagged, not graded, with the reason. The client releases each
 result as soon as it has it, so a worker that dies later does not make the scheduler grade that batch again.
 
 The instructor's secret never travels with a task: workers read it where they read the course (.grading_secret,
@@ -32,6 +32,7 @@ from pathlib import Path
 from attention_grader import grading
 
 GRADERS = {}  # (Dask worker address, thread) -> the grading process kept warm there
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: a forked child of a threaded process only calls it
 
 
 def secret_path(root):
@@ -45,7 +46,7 @@ def secret_fingerprint(secret):
 
 def _die_with_parent():
     """In the grading process, before it starts: the kernel kills it when the Dask worker that started it dies."""
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _grader(options):
@@ -79,8 +80,9 @@ def warm_up(options):
     from distributed import get_worker
     try:
         ready = dict(_grader(options).ready)
-    except RuntimeError as error:
-        ready = {"ready": False, "error": str(error)}
+    except Exception as error:  # no secret, another secret, a course folder that does not load
+        ready = {"ready": False, "error": str(error) if isinstance(error, RuntimeError) else
+                 f"{type(error).__name__}: {error}"}
     return {**ready, "worker": get_worker().name}
 
 
@@ -123,7 +125,8 @@ def connect(scheduler):
 
 def lost(task, error):
     """The results of a batch that no worker could grade (each one that tried died, or refused)."""
-    why = (f"every Dask worker that graded it died ({error.allowed_failures + 1} tries)"
+    tries = getattr(error, "allowed_failures", 0) + 1
+    why = (f"{tries} Dask worker{'s' if tries > 1 else ''} died grading it (distributed.scheduler.allowed-failures)"
            if type(error).__name__ == "KilledWorker" else f"{type(error).__name__}: {error}")
     return [{"student": student, "assignment": task["assignment"], "success": False,
              "error": f"not graded: {why}; grade it again", "feedback": False,
@@ -163,7 +166,7 @@ def _grade_class(root, scheduler, assignments, students, csv_path, timeout, feed
         ready = client.gather(warm)
         refused = next((r for r in ready if not r.get("ready")), None)
         if refused:
-            client.run(close_graders)
+            client.run(close_graders, on_error="ignore")
             if client is not scheduler:
                 client.close()
             print(f"Nothing graded: Dask worker {refused['worker']}: {refused['error']}", file=out)
@@ -188,7 +191,7 @@ def _grade_class(root, scheduler, assignments, students, csv_path, timeout, feed
                 result["problems"] = staged_problems[(result["student"], result["assignment"])]
             results += done
             progress.step(len(done))
-        client.run(close_graders)
+        client.run(close_graders, on_error="ignore")
         if client is not scheduler:
             client.close()
     else:
