@@ -84,7 +84,8 @@ def make_accounts(args, where):
                 sys.exit(f"course.py hub: the account {name} exists and is not in the class's group {group}: "
                          "not touching it (choose another --prefix)")
         except KeyError:
-            home = ["--home-dir", str(where["course"]), "--no-create-home"] if role == "instructor" else ["--create-home"]
+            home = ["--home-dir", str(where["course"]), "--no-create-home"] if role == "instructor" else \
+                ["--create-home"]
             run("useradd", *home, "--groups", group, "--shell", "/bin/bash", name)
         passwords.setdefault(name, secrets.token_urlsafe(9))
     where["passwords"].touch()

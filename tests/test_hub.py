@@ -2,10 +2,10 @@
 headless Chromium, each person logged in with their own password.
 
 What goes through the browser: every login; the instructor's formgrader (generate, release, collect, release
-feedback); the students' Assignment List (fetch, submit, fetch feedback), Validate and their feedback page; `course.py grade`
-typed into the instructor's JupyterLab terminal. One step uses a server's REST API instead, with the student's own
-browser session, where typing a notebook would only be slower: saving the student's answers into the fetched notebook
-(Jupyter's contents API). The attempts to read what is not one's own run as each student's Unix account (`runuser`),
+feedback); the students' Assignment List (fetch, submit, fetch feedback), Validate and their feedback page;
+`course.py grade` typed into the instructor's JupyterLab terminal. One step uses a server's REST API instead, with
+the student's own browser session, where typing a notebook would only be slower: saving the student's answers into
+the fetched notebook (Jupyter's contents API). The attempts to read what is not one's own run as each student's Unix account (`runuser`),
 with the class's Python, as code in the student's kernel or terminal would.
 
 Needs root (it creates Unix accounts; CI runs it as root) and skips without it, with one loud line. Screenshots go to
