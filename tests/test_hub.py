@@ -5,8 +5,8 @@ What goes through the browser: every login; the instructor's formgrader (generat
 feedback); the students' Assignment List (fetch, submit, fetch feedback), Validate and their feedback page;
 `course.py grade` typed into the instructor's JupyterLab terminal. One step uses a server's REST API instead, with
 the student's own browser session, where typing a notebook would only be slower: saving the student's answers into
-the fetched notebook (Jupyter's contents API). The attempts to read what is not one's own run as each student's Unix account (`runuser`),
-with the class's Python, as code in the student's kernel or terminal would.
+the fetched notebook (Jupyter's contents API). The attempts to read what is not one's own run as each student's Unix
+account (`runuser`), with the class's Python, as code in the student's kernel or terminal would.
 
 Needs root (it creates Unix accounts; CI runs it as root) and skips without it, with one loud line. Screenshots go to
 artifacts/hub/.
