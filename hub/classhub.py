@@ -238,6 +238,11 @@ def setup(args):
              "proxy": str(PROXY), "instructor": instructor, "students": [n for n, r in names.items() if r == "student"]}
     (where["hub"] / "class.json").write_text(json.dumps(state, indent=1))
     print(sandbox_line(instructor), flush=True)
+    readable = [name for name in ("solutions", "source", "grader")
+                if not closed_to_others(CLONE / name) and (CLONE / name).stat().st_mode & 0o004]
+    if readable:  # the hub needs none of them: its accounts use the copies in ROOT
+        print(f"WARNING: every account of this machine can read {CLONE}'s {', '.join(readable)}: "
+              f"`chmod 700 {CLONE}` keeps the class out of the answer keys (the hub does not need it)", flush=True)
     return where
 
 
