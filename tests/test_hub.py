@@ -304,7 +304,8 @@ def test_each_student_is_refused_what_is_not_their_own(hub):
                "solutions/": course / "solutions" / STEP / f"{STEP}.ipynb", "the gradebook": course / "gradebook.db",
                "the instructor's secret": course / ".grading_secret",
                "the judges": course / "grader" / "attention_grader" / "judges" / "step01.py",
-               "the exchange's submissions": hub["root"] / "exchange" / "attention-step-by-step" / "inbound"}
+               "the exchange's submissions": hub["root"] / "exchange" / "attention-step-by-step" / "inbound",
+               "the class's passwords": hub["root"] / "passwords"}
     for name, other in [STUDENTS, STUDENTS[::-1]]:
         for what, path in targets.items():
             path = path or Path(pwd.getpwnam(other).pw_dir) / "work" / STEP / f"{STEP}.ipynb"
