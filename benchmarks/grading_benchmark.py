@@ -9,6 +9,7 @@ copies of a generated course, on the same submissions drawn from the submission 
     .venv/bin/python benchmarks/grading_benchmark.py                      # 40 students, all steps
     .venv/bin/python benchmarks/grading_benchmark.py --plain-sample 5     # plain nbgrader on 5 students only
     .venv/bin/python benchmarks/grading_benchmark.py --scheduler --students 10   # on a Dask cluster: 1 worker, 3
+    .venv/bin/python benchmarks/grading_benchmark.py --scheduler --dask-workers 1 2 3
 """
 import argparse
 import io
@@ -118,9 +119,10 @@ def summary_lines(output, course_dir, most=10):
 def grade_on_dask(work, base, answers, students, steps, counts):
     """`course.py grade --scheduler`: the same class on a local Dask cluster of each size in `counts` (a scheduler
     and one-thread workers as processes of this machine, as tests/test_distributed.py starts them); print them side
-    by side with the scaling efficiency (speed-up over one worker, divided by the workers)."""
+    by side with the scaling efficiency: the speed-up over the first size, divided by how many times more workers
+    (and by how many times more cores they can use: more workers than cores share them)."""
     from test_distributed import dask_cluster
-    rows = []
+    rows, cores = [], os.cpu_count() or 1
     for count in counts:
         course_dir = work / f"dask_{count}"
         shutil.copytree(base, course_dir)
@@ -135,18 +137,18 @@ def grade_on_dask(work, base, answers, students, steps, counts):
                                      out=output)
         per_worker = Counter(r.get("worker") for r in results)
         rows.append((count, seconds, results, per_worker, (course_dir / "grades.csv").read_text(), output.getvalue()))
-    cores = os.cpu_count() or 1
     print(f"`course.py grade --scheduler`, a local Dask cluster (one thread per worker, no nanny), "
           f"autograde + feedback, on {cores} cores:")
     print(f"{'workers':>7s} {'notebooks':>9s} {'wall s':>8s} {'nb/s':>7s} {'speed-up':>8s} {'efficiency':>10s}  "
-          f"per worker (notebooks, seconds)")
+          f"{'per core':>8s}  per worker (notebooks, seconds)")
     for count, seconds, results, per_worker, _, _ in rows:
         speedup = rows[0][1] / seconds  # over the first (smallest) cluster
         efficiency = speedup * rows[0][0] / count
+        per_core = speedup * min(rows[0][0], cores) / min(count, cores)
         busy = {name: sum(r["seconds"] for r in results if r.get("worker") == name) for name in per_worker if name}
         figures = ", ".join(f"{name} {per_worker[name]} nb {busy[name]:.1f} s" for name in sorted(busy))
         print(f"{count:7d} {len(results):9d} {seconds:8.1f} {len(results) / seconds:7.2f} {speedup:8.2f} "
-              f"{efficiency:10.2f}  {figures}")
+              f"{efficiency:10.2f} {per_core:8.2f}  {figures}")
     same = all(row[4] == rows[0][4] for row in rows)
     print(f"grades.csv identical on every cluster size: {'yes' if same else 'no'}")
     for line in summary_lines(rows[-1][5], work):
@@ -164,7 +166,8 @@ def main():
     parser.add_argument("--scheduler", action="store_true",
                         help="grade the class on a local Dask cluster of 1, then 3 workers instead (course.py grade "
                              "--scheduler), side by side with the scaling efficiency")
-    parser.add_argument("--dask-workers", type=int, nargs="+", default=[1, 3], help=argparse.SUPPRESS)
+    parser.add_argument("--dask-workers", type=int, nargs="+", default=[1, 3],
+                        help="with --scheduler: the cluster sizes, in workers (default: 1 3)")
     args = parser.parse_args()
 
     steps = [step for step in STEPS if step in args.steps]
