@@ -123,6 +123,19 @@ def test_an_executor_that_cannot_start_says_why_and_what_to_do(monkeypatch, tmp_
     assert "What to do" in str(error.value)
 
 
+def test_the_sandbox_starts_from_an_environment_reached_through_a_symlink(tmp_path):
+    """A course whose .venv is a link (a hub's shared environment, a checkout on another disk): the sandbox mounts
+    real paths, so it must run the environment's Python by its real folder, not by the link."""
+    require("bwrap", "the sandbox")
+    (tmp_path / "linked").symlink_to(Path(sys.executable).parents[1])
+    for folder in (tmp_path, tmp_path.parent):
+        folder.chmod(folder.stat().st_mode | 0o001)  # as root the sandbox's uid must pass (.ci/run does so for /root)
+    python = tmp_path / "linked" / "bin" / Path(sys.executable).name
+    started = subprocess.run([str(python), "-c", "from attention_grader.forking import Zygote\n"
+                              "print('sandboxed:', Zygote().sandboxed)"], capture_output=True, text=True, timeout=120)
+    assert started.stdout.strip() == "sandboxed: True", started.stdout + started.stderr[-2000:]
+
+
 def test_a_display_flood_is_dropped_with_a_note_and_grading_goes_on():
     outputs, _ = run("from IPython.display import HTML, display\ndisplay(HTML('x' * 50_000_000))", "print('after')")
     assert "larger than the grader's limit was dropped" in text(outputs[0]) and text(outputs[1]) == "after\n"

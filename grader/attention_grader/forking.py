@@ -123,7 +123,9 @@ class Zygote:
     """The warm parent, started once per grading process."""
 
     def __init__(self, sandbox=True, log=None):
-        python = sys.executable
+        # the environment's own folder, its symlinks resolved (the sandbox mounts real paths); not the interpreter's
+        # target, which would leave the virtual environment
+        python = os.path.join(os.path.realpath(os.path.dirname(sys.executable)), os.path.basename(sys.executable))
         env = {"PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp/matplotlib", "PYTHONHASHSEED": "0",
                "COURSE_SANDBOXED": "1"}
