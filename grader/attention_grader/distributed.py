@@ -155,8 +155,13 @@ def _grade_class(root, scheduler, assignments, students, csv_path, timeout, feed
     results = []
     log.flush()
     if pairs:
-        client = connect(scheduler)
-        client.wait_for_workers(1, timeout=300)
+        try:
+            client = connect(scheduler)
+            client.wait_for_workers(1, timeout=300)
+        except (OSError, TimeoutError) as error:
+            print(f"Nothing graded: no Dask cluster to grade on at {scheduler} ({type(error).__name__}: {error})",
+                  file=out)
+            return []
         workers = sorted(client.scheduler_info()["workers"])
         run = uuid.uuid4().hex[:8]
         options = {"root": str(root), "timeout": timeout, "feedback": feedback, "sandbox": sandbox, "run": run,
