@@ -115,11 +115,13 @@ _GENERATE = (
 )
 
 _TRAIN = (
-    "def train_step(model, optimizer, inputs, targets):\n"
+    "def train_step(model, optimizer, inputs, targets, max_grad_norm=None):\n"
     "    logits = model(inputs)\n"
     "    loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())\n"
     "    optimizer.zero_grad()\n"
     "    loss.backward()\n"
+    "    if max_grad_norm is not None:\n"
+    "        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)\n"
     "    optimizer.step()\n"
     "    return loss.item()\n"
 )
@@ -238,17 +240,22 @@ VARIANTS = {
                 "            n_cached += 1\n"
                 "    return out\n",
             "train_step":
-                "def train_step(model, optimizer, inputs, targets):\n"
+                "def train_step(model, optimizer, inputs, targets, max_grad_norm=None):\n"
                 "    optimizer.zero_grad(set_to_none=True)\n"
                 "    logits = model(inputs)\n"
                 "    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))\n"
                 "    loss.backward()\n"
+                "    if max_grad_norm is not None:\n"
+                "        grads = [p.grad for p in model.parameters() if p.grad is not None]\n"
+                "        norm = torch.sqrt(sum((g * g).sum() for g in grads))\n"
+                "        for g in grads:\n"
+                "            g.mul_(torch.clamp(max_grad_norm / (norm + 1e-6), max=1.0))\n"
                 "    optimizer.step()\n"
                 "    return float(loss.detach())\n",
         },
     },
-    # einsum attention with an additive mask and a list as cache, a hand-written softmax over the top k, generation
-    # that reads the last token once more than needed, a loss written out
+    # einsum attention with an additive mask and a list as cache, a hand-written softmax over the top k, a window
+    # cropped by hand, a loss written out
     "einsum_manual_sampling": {
         "kind": "correct",
         "cells": {
@@ -300,20 +307,24 @@ VARIANTS = {
                 "        else:\n"
                 "            choice = torch.multinomial(F.softmax(scaled, -1), 1, generator=generator)\n"
                 "        idx = torch.cat([idx, choice], 1)\n"
-                "        if used < model.context_length:  # one more read after the last token: only wasted work\n"
+                "        if step == max_new_tokens - 1:\n"
+                "            break\n"
+                "        if used < model.context_length:\n"
                 "            scaled = model(choice, use_cache=True)[:, -1] / temperature\n"
                 "            used += 1\n"
-                "        elif step < max_new_tokens - 1:\n"
+                "        else:\n"
                 "            model.reset_cache()\n"
                 "            scaled = model(idx[:, -model.context_length:], use_cache=True)[:, -1] / temperature\n"
                 "    return idx\n",
             "train_step":
-                "def train_step(model, optimizer, inputs, targets):\n"
+                "def train_step(model, optimizer, inputs, targets, max_grad_norm=None):\n"
                 "    log_probs = torch.log_softmax(model(inputs), dim=-1)\n"
                 "    loss = -log_probs.gather(-1, targets.unsqueeze(-1)).mean()\n"
                 "    for p in model.parameters():\n"
                 "        p.grad = None\n"
                 "    loss.backward()\n"
+                "    if max_grad_norm:\n"
+                "        nn.utils.clip_grad_norm_(model.parameters(), max_norm=max_grad_norm)\n"
                 "    optimizer.step()\n"
                 "    return loss.item()\n",
         },
@@ -438,6 +449,14 @@ VARIANTS = {
         "kind": "mistake",
         "cells": {"train_step": _SILENCE_CHECKS + _edit(_TRAIN, ("targets.flatten())", "targets.flatten(), reduction='sum')"))},
         "fails": {"test_train_step": "mean over all"},
+    },
+    "train_step_clips_after_the_step": {
+        "kind": "mistake",
+        "cells": {"train_step": _SILENCE_CHECKS + _edit(
+            _TRAIN, ("    if max_grad_norm is not None:\n        torch.nn.utils.clip_grad_norm_(model.parameters(), "
+                     "max_grad_norm)\n    optimizer.step()\n", "    optimizer.step()\n    if max_grad_norm is not None:\n"
+                     "        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)\n"))},
+        "fails": {"test_train_step": "not clipped"},
     },
     "train_step_returns_tensor": {
         "kind": "mistake",

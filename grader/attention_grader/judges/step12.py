@@ -47,7 +47,10 @@ TEMPERATURE_IGNORED = "the temperature is ignored: divide the logits by it befor
 TEMPERATURE_INVERTED = "the logits are multiplied by the temperature: divide them by it"
 TOP_K_IGNORED = "set every logit below the k-th largest of its row to -inf before the softmax (top_k was ignored)"
 TRAIN_HINT = ("logits = model(inputs); loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten()); "
-              "optimizer.zero_grad(); loss.backward(); optimizer.step(); return loss.item()")
+              "optimizer.zero_grad(); loss.backward(); clip the gradients when max_grad_norm is given; "
+              "optimizer.step(); return loss.item()")
+CLIP_HINT = ("the gradients are not clipped, or clipped where it changes nothing: after loss.backward() and before "
+             "optimizer.step(), torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)")
 
 
 def changed_later(inputs, x, cut, vocab_size=None):
@@ -442,12 +445,12 @@ def greedy_check(inputs, vocab, context, b, prompt_length, new):
         if problem:
             return problem
         read, least = int(got[2].get("int", -1)) if len(got) > 2 else -1, int(want[2]["int"])
-        if not least <= read <= least + 1:  # one more read, of the last token drawn, is only wasted work
+        if read != least:
             return (f"{what} made the model read {read} tokens; through the cache it reads {least}: the prompt (its "
-                    "last context_length tokens) once, then each drawn token once, and the latest window again only "
-                    "when the cache is full\n  likely mistake: after the first call, run model(last_token, "
-                    "use_cache=True) on the token drawn last only; call reset_cache() before the prompt and when the "
-                    "cache is full")
+                    "last context_length tokens) once, then each drawn token but the last once, and the latest window "
+                    "again only when the cache is full\n  likely mistake: after the first call, run model(last_token, "
+                    "use_cache=True) on the token drawn last only, and not after the last draw; call reset_cache() "
+                    "before the prompt and when the cache is full")
         return None
 
     check = Check(what, p, judge=judge)
@@ -527,7 +530,7 @@ def temperature_check(inputs, vocab, per_token, temperature):
 
 def generate_checks(inputs):
     checks = [greedy_check(inputs, *case) for case in [(5, 4, 3, 2, 6), (9, 3, 2, 1, 7), (4, 6, 1, 3, 2),
-                                                        (12, 2, 4, 2, 5)]]
+                                                        (12, 2, 4, 2, 5), (6, 16, 2, 3, 8)]]
     checks += [top_k_check(inputs, 8, 3, 60, 4, 2, 1.5), top_k_check(inputs, 6, 4, 40, 3, 3, 1.0),
                top_k_check(inputs, 10, 2, 30, 3, 1, 0.7)]
     checks += [temperature_check(inputs, 4, 1500, 0.5), temperature_check(inputs, 5, 1200, 2.0)]
@@ -538,43 +541,57 @@ def generate_checks(inputs):
 # Part 5: train_step
 # ---------------------------------------------------------------------------------------------------------------
 
-def train_check(inputs, vocab, b, num_tokens, steps, lr):
-    what = (f"{steps} calls of train_step(model, optimizer, inputs, targets) with a BigramModel({vocab}, "
-            f"{num_tokens}), AdamW(lr={lr}) and random ids ({b}, {num_tokens})")
+def train_check(inputs, vocab, b, num_tokens, steps, lr, optimizer="AdamW", clip=None):
+    clipped = "" if clip is None else f", max_grad_norm={clip}"
+    what = (f"{steps} calls of train_step(model, optimizer, inputs, targets{clipped}) with a BigramModel({vocab}, "
+            f"{num_tokens}), {optimizer}(lr={lr}) and random ids ({b}, {num_tokens})")
     p = Program()
     model, _ = bigram(p, inputs, vocab, num_tokens, scale=1.0)
-    optimizer = p.call(G("torch").attr("optim").attr("AdamW"), p.call(model.attr("parameters")), lr=lr)
+    step_rule = p.call(G("torch").attr("optim").attr(optimizer), p.call(model.attr("parameters")), lr=lr)
     ids = torch.tensor([[inputs.randint(0, vocab) for _ in range(num_tokens + 1)] for _ in range(b)])
     x, y = p.tensor(ids[:, :-1]), p.tensor(ids[:, 1:])
     for step in range(steps):
-        p.record(p.call(G("train_step"), model, optimizer, x, y, grad=True), f"the loss returned by call {step + 1}",
-                 TRAIN_HINT, atol=1e-4, rtol=1e-4)
+        p.record(p.call(G("train_step"), model, step_rule, x, y, grad=True, **({} if clip is None else
+                                                                              {"max_grad_norm": clip})),
+                 f"the loss returned by call {step + 1}", TRAIN_HINT, atol=1e-4, rtol=1e-4)
     p.record(model, "the weights after the steps", TRAIN_HINT, kind="state", atol=1e-4, rtol=1e-4)
-    return Check(what, p, mistakes=((("the loss is not the mean over all b * T positions: F.cross_entropy("
-                                      "logits.flatten(0, 1), targets.flatten()) averages them"),
-                                     {"train_step": summed_loss}),
-                                    ("the old gradients are not cleared: call optimizer.zero_grad() before "
-                                     "loss.backward()", {"train_step": no_zero_grad})))
+    mistakes = [(("the loss is not the mean over all b * T positions: F.cross_entropy(logits.flatten(0, 1), "
+                  "targets.flatten()) averages them"), {"train_step": summed_loss}),
+                ("the old gradients are not cleared: call optimizer.zero_grad() before loss.backward()",
+                 {"train_step": no_zero_grad})]
+    if clip is not None:
+        mistakes.append((CLIP_HINT, {"train_step": unclipped}))
+    return Check(what, p, mistakes=tuple(mistakes))
 
 
-def summed_loss(model, optimizer, inputs, targets):
+def summed_loss(model, optimizer, inputs, targets, max_grad_norm=None):
     loss = F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten(), reduction="sum")
-    return optimize(optimizer, loss, clear=True)
+    return optimize(model, optimizer, loss, clear=True, max_grad_norm=max_grad_norm)
 
 
-def no_zero_grad(model, optimizer, inputs, targets):
-    return optimize(optimizer, F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten()), clear=False)
+def no_zero_grad(model, optimizer, inputs, targets, max_grad_norm=None):
+    loss = F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
+    return optimize(model, optimizer, loss, clear=False, max_grad_norm=max_grad_norm)
 
 
-def optimize(optimizer, loss, clear):
-    """One optimizer step on `loss`, clearing the old gradients first when `clear`, as a mistaken train_step does."""
-    for action in ([optimizer.zero_grad] if clear else []) + [loss.backward, optimizer.step]:
+def unclipped(model, optimizer, inputs, targets, max_grad_norm=None):
+    return optimize(model, optimizer, F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten()), clear=True)
+
+
+def optimize(model, optimizer, loss, clear, max_grad_norm=None):
+    """One optimizer step on `loss`, as a mistaken train_step does: old gradients cleared first only when `clear`,
+    clipped when max_grad_norm is given."""
+    for action in ([optimizer.zero_grad] if clear else []) + [loss.backward]:
         action()
-    return loss.item()
+    if max_grad_norm is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=max_grad_norm)
+    optimizer.step()
+    return float(loss)
 
 
 def train_step_checks(inputs):
-    return [train_check(inputs, *case) for case in [(5, 2, 6, 3, 0.1), (8, 1, 4, 4, 0.05), (3, 3, 5, 2, 0.2)]]
+    return [train_check(inputs, *case) for case in [(5, 2, 6, 3, 0.1), (8, 1, 4, 4, 0.05), (3, 3, 5, 2, 0.2),
+                                                    (6, 2, 5, 2, 1.0, "SGD", 0.05), (4, 3, 6, 3, 0.1, "AdamW", 0.5)]]
 
 
 CELLS = {
