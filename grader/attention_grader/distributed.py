@@ -3,9 +3,10 @@
 The same grading as on one machine (attention_grader/grading.py), with Dask's scheduler handing out the work: every
 batch of submissions (one assignment, a few students) is a Dask task. Each thread of each Dask worker keeps one
 grading process of the course, the same as a local worker, with its warm, sandboxed executor: started by the run's
-first task there (a warm-up, before any submission is handed out) and kept for the run's other tasks. The course folder is on a filesystem every worker mounts at the same path
-(docs/scale.md): the client stages submitted/ into .grading/ there, the workers read it, write autograded/ and
-feedback/ there and their grades to one gradebook server (PostgreSQL).
+first task there (a warm-up, before any submission is handed out) and kept for the run's other tasks. The course
+folder is on a filesystem every worker mounts at the same path (docs/scale.md): the client stages submitted/ into
+.grading/ there, the workers read it, write autograded/ and feedback/ there and their grades to one gradebook server
+(PostgreSQL).
 
 Nothing lost, nothing twice: when a worker dies, the scheduler runs its tasks again on another worker, and its
 grading process dies with it (PR_SET_PDEATHSIG), so two processes never grade one submission at once. nbgrader's
