@@ -329,6 +329,63 @@ VARIANTS = {
                 "    return loss.item()\n",
         },
     },
+    # SDPA with an explicit bool mask and the cache as one tuple, positions as an offset added to arange, top-k by a
+    # threshold with torch.where, the window cropped by its start index, clipping by clip_grad_norm_ with a keyword
+    "explicit_mask_where_topk": {
+        "kind": "correct",
+        "cells": {
+            "multi_head_attention":
+                "class MultiHeadAttentionWithCache(nn.Module):\n"
+                "    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):\n"
+                "        super().__init__()\n"
+                "        if d_out % num_heads:\n"
+                "            raise ValueError(f'd_out ({d_out}) is not divisible by num_heads ({num_heads})')\n"
+                "        self.W_query, self.W_key, self.W_value = [nn.Linear(d_in, d_out, bias=qkv_bias) for _ in '123']\n"
+                "        self.out_proj = nn.Linear(d_out, d_out)\n"
+                "        self.heads, self.limit, self.drop = num_heads, context_length, dropout\n"
+                "        self.cache = None\n"
+                "\n"
+                "    def reset_cache(self):\n"
+                "        self.cache = None\n"
+                "\n"
+                "    def forward(self, x, use_cache=False):\n"
+                "        b, t, _ = x.shape\n"
+                "        past = self.cache[0].shape[-2] if use_cache and self.cache is not None else 0\n"
+                "        if past + t > self.limit:\n"
+                "            raise ValueError(f'{past + t} tokens exceed context_length {self.limit}')\n"
+                "        q, k, v = [layer(x).view(b, t, self.heads, -1).transpose(1, 2)\n"
+                "                   for layer in (self.W_query, self.W_key, self.W_value)]\n"
+                "        if use_cache:\n"
+                "            if self.cache is not None:\n"
+                "                k, v = torch.cat([self.cache[0], k], -2), torch.cat([self.cache[1], v], -2)\n"
+                "            self.cache = (k, v)\n"
+                "        allowed = torch.ones(t, past + t, dtype=torch.bool, device=x.device).tril(past)\n"
+                "        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed,\n"
+                "                                             dropout_p=self.drop if self.training else 0.0)\n"
+                "        return self.out_proj(out.transpose(1, 2).flatten(2))\n",
+            "tiny_gpt": _edit(_GPT, ("self.pos_emb(torch.arange(start, start + t))", "self.pos_emb(torch.arange(t) + start)")),
+            "generate":
+                "def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):\n"
+                "    model.reset_cache()\n"
+                "    n = model.context_length\n"
+                "    pending, held = idx[:, max(0, idx.shape[1] - n):], 0\n"
+                "    for _ in range(max_new_tokens):\n"
+                "        if held + pending.shape[1] > n:\n"
+                "            model.reset_cache()\n"
+                "            pending, held = idx[:, idx.shape[1] - n:], 0\n"
+                "        logits = model(pending, use_cache=True)[:, -1, :] / temperature\n"
+                "        held += pending.shape[1]\n"
+                "        if top_k is not None:\n"
+                "            threshold = logits.topk(top_k, dim=-1).values.min(dim=-1, keepdim=True).values\n"
+                "            logits = torch.where(logits >= threshold, logits, torch.full_like(logits, float('-inf')))\n"
+                "        pending = torch.multinomial(logits.softmax(dim=-1), num_samples=1, generator=generator)\n"
+                "        idx = torch.cat((idx, pending), dim=-1)\n"
+                "    return idx\n",
+            "train_step": _edit(_TRAIN, ("torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)",
+                                         "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=max_grad_norm, "
+                                         "norm_type=2.0)")),
+        },
+    },
     "mha_no_mask": {
         "kind": "mistake",
         "cells": {"multi_head_attention": _edit(_MHA, ("        scores = scores.masked_fill(self.mask[kept:kept + t, :kept + t], float('-inf'))\n", ""))},
