@@ -323,7 +323,7 @@ def placement_check(inputs, t, d_in, d_out, rate, num_sentences, num_single):
              "the output on one-token sentences in training mode")
     eval_off = "module.eval() must switch dropout off: self.dropout = nn.Dropout(dropout) reads self.training"
     after_softmax = ("apply self.dropout to the attention weights after softmax (dropout on the scores before softmax "
-                     "is undone by the normalisation)")
+                     "is renormalised away: every row still sums to 1, and no weight is zero)")
 
     def judge(got, want):
         found = first_raised(got)
