@@ -45,6 +45,11 @@ def with_hint(problem, hint):
     return problem and problem + (f"\n  likely mistake: {hint}" if hint else "")
 
 
+def with_other_hint(problem, hint):
+    """`problem` with its likely mistake replaced by `hint`."""
+    return with_hint(problem.split("\n  likely mistake: ")[0], hint)
+
+
 def shape_problem(got, want, name, hint):
     """A message when `got` is not a tensor of the reference's shape (whatever its values)."""
     if "tensor" not in got or got["tensor"]["shape"] != want["tensor"]["shape"]:

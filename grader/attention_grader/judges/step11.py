@@ -15,7 +15,7 @@ import torch
 from attention_grader.judging import (G, Check, Program, _kind, call_check, compare, default_judge,
                                       expect_value_error, raised_message)
 from attention_grader.judges.common import (ANY_VALUES, dropout_check, first_raised, linear_state, random_chunks,
-                                            tensor_of, with_hint)
+                                            tensor_of, with_hint, with_other_hint)
 
 INTERLEAVED = ("the pairs are interleaved (x[2i], x[2i + 1]), the RoFormer paper's convention; this course uses "
                "rotate-half pairs (x[i], x[i + head_dim/2]), as Hugging Face's Llama does")
@@ -297,7 +297,7 @@ def gqa_check(inputs, d_in, d_out, heads, kv_heads, context, num_tokens, b, bias
             for variant, hint in (({"rotate_values": True}, ROPE_ON_VALUES), ({"kv_order": "repeated"}, WRONG_ORDER),
                                   ({"mask": "top_left"}, TOP_LEFT)):
                 if computes(**variant):
-                    return problem.split("\n  likely mistake: ")[0] + f"\n  likely mistake: {hint}"
+                    return with_other_hint(problem, hint)
         except (RuntimeError, ValueError, IndexError, KeyError):
             return problem
         return problem

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from attention_grader.judging import G, Check, Program, compare, default_judge, expect_value_error, generator
 from attention_grader.judges.common import (attention_state, first_raised, linear_state, random_chunks, tensor_of,
-                                            with_hint)
+                                            with_hint, with_other_hint)
 
 MHA_PARAMETERS = ("W_query, W_key, W_value = nn.Linear(d_in, d_out, bias=qkv_bias), out_proj = nn.Linear(d_out, "
                   "d_out), as in steps 07 and 09")
@@ -98,7 +98,7 @@ def mha_check(inputs, d_in, d_out, context, heads, b, num_tokens, bias):
     def judge(got, want):
         problem = default_judge(check, got, want)
         if problem and num_tokens > 1 and sees_future(got, 2, 3, cut):
-            return problem.split("\n  likely mistake: ")[0] + f"\n  likely mistake: {SEES_FUTURE}"
+            return with_other_hint(problem, SEES_FUTURE)
         return problem
 
     check = Check(what, p, judge=judge)
@@ -215,11 +215,11 @@ def block_check(inputs, d_model, heads, context, b, num_tokens):
                 if out.shape == expected.shape and torch.allclose(out, expected, atol=1e-4, rtol=1e-4):
                     if hint is None:
                         return None  # right, given the student's own attention (Part 1 is graded there)
-                    return problem.split("\n  likely mistake: ")[0] + f"\n  likely mistake: {hint}"
+                    return with_other_hint(problem, hint)
         except (KeyError, TypeError, RuntimeError, IndexError):
             return problem
         if num_tokens > 1 and sees_future(got, 2, 3, cut):
-            return problem.split("\n  likely mistake: ")[0] + f"\n  likely mistake: {SEES_FUTURE}"
+            return with_other_hint(problem, SEES_FUTURE)
         return problem
 
     check = Check(what, p, judge=judge)
@@ -284,7 +284,7 @@ def gpt_check(inputs, vocab, d_model, layers, heads, context, b, num_tokens):
         except (KeyError, TypeError, RuntimeError, IndexError):
             return problem
         if num_tokens > 1 and sees_future(got, 2, 3, cut):
-            return problem.split("\n  likely mistake: ")[0] + f"\n  likely mistake: {SEES_FUTURE}"
+            return with_other_hint(problem, SEES_FUTURE)
         return problem
 
     check = Check(what, p, judge=judge)
@@ -399,8 +399,8 @@ def gpt_cache_check(inputs, vocab, d_model, layers, heads, context, b, num_token
         except (KeyError, TypeError, RuntimeError, IndexError):
             return problem
         if sees_future(got, 2, 3, cut):
-            return (problem.split("\n  likely mistake: ")[0] + "\n  likely mistake: the model's full pass sees the "
-                    "future (see Part 1), and a cache, which has no later tokens to show, cannot agree with it")
+            return with_other_hint(problem, "the model's full pass sees the future (see Part 1), and a cache, which "
+                                            "has no later tokens to show, cannot agree with it")
         return problem
 
     check = Check(what, p, judge=judge)
