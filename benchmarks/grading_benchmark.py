@@ -103,7 +103,7 @@ def grade_plain(course_dir, steps):
 def summary_lines(output, course_dir, most=10):
     """The class grader's warnings, count and first flagged submissions, with the temporary path taken out."""
     lines = output.splitlines()
-    kept = [line for line in lines if line.startswith(("WARNING", "Graded "))]
+    kept = [line for line in lines if line.startswith(("WARNING", "Graded ", "Nothing graded"))]
     start = next((i for i, line in enumerate(lines) if line.startswith("Flagged")), len(lines))
     flagged = []
     for line in lines[start + 1:]:

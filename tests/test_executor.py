@@ -5,7 +5,9 @@ These run notebooks straight through the executor, without nbgrader; tests/test_
 import os
 import sqlite3
 import subprocess
+import shutil
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -167,3 +169,115 @@ def test_memory_limit_holds_for_the_notebook_s_whole_tree():
     assert time.monotonic() - started < 10
     outputs, _ = run("print('next notebook')")
     assert text(outputs[0]) == "next notebook\n"
+
+
+HOLD_THREADS = ("import threading\n"
+                "threading.stack_size(64 << 10)\n"
+                "release, started = threading.Event(), []\n"
+                "try:\n"
+                "    for _ in range({count}):\n"
+                "        thread = threading.Thread(target=release.wait, daemon=True)\n"
+                "        thread.start()\n"
+                "        started.append(thread)\n"
+                "except RuntimeError as error:\n"
+                "    print('refused:', error)\n"
+                "print('threads held:', len(started))\n")
+
+
+def test_a_notebook_s_threads_are_capped():
+    require("bwrap", "the per-notebook task limit")
+    outputs, _ = run(HOLD_THREADS.format(count=5000))
+    said = text(outputs[0])
+    held = int(said.split("threads held: ")[1])
+    assert "refused" in said and held < forking.MAX_TASKS, said
+    outputs, _ = run(HOLD_THREADS.format(count=100))
+    assert text(outputs[0]) == "threads held: 100\n"  # an honest notebook's threads are not refused
+
+
+# The shared memory a notebook could hold outside its processes' mappings, where summing their memory does not see it.
+HOLD_MEMFD = ("import os\n"
+              "fd = os.memfd_create('held')\n"
+              "for _ in range(96):\n"
+              "    os.write(fd, b'x' * (16 << 20))\n"
+              "print('held 1.5 GiB')\n")
+HOLD_OWN_TMPFS = ("import ctypes, os\n"
+                  "libc = ctypes.CDLL(None, use_errno=True)\n"
+                  "uid, gid = os.getuid(), os.getgid()\n"
+                  "assert libc.unshare(0x10000000 | 0x00020000) == 0, os.strerror(ctypes.get_errno())\n"
+                  "libc.prctl(4, 1, 0, 0, 0)\n"
+                  "for name, line in (('setgroups', 'deny'), ('uid_map', f'{uid} {uid} 1'), ('gid_map', f'{gid} {gid} 1')):\n"
+                  "    with open(f'/proc/self/{name}', 'w') as file:\n"
+                  "        file.write(line)\n"
+                  "os.makedirs('/tmp/own', exist_ok=True)\n"
+                  "assert libc.mount(b'none', b'/tmp/own', b'tmpfs', 0, b'size=4g') == 0, os.strerror(ctypes.get_errno())\n"
+                  "with open('/tmp/own/held', 'wb') as file:\n"
+                  "    for _ in range(96):\n"
+                  "        file.write(b'x' * (16 << 20))\n"
+                  "print('held 1.5 GiB')\n")
+
+
+@pytest.mark.parametrize("attack", [HOLD_MEMFD, HOLD_OWN_TMPFS], ids=["memfd", "own_tmpfs"])
+def test_memory_held_outside_the_processes_counts_against_the_limit(attack):
+    require("bwrap", "memory held outside a notebook's processes")
+    outputs, event = run(attack + "import time\ntime.sleep(3)\nprint('kept it')", "print('after')",
+                         memory_limit=1 << 30)
+    said = text(outputs[0])
+    assert "kept it" not in said, (said, event)
+    outputs, _ = run("print('next notebook')")
+    assert text(outputs[0]) == "next notebook\n"
+
+
+def test_a_course_environment_under_tmp_is_seen_by_every_notebook(tmp_path_factory):
+    """The sandbox gives each notebook a fresh /tmp: an environment stored under /tmp (a clone there, as many CI
+    systems make) stays visible in it, in the notebook and in its test cells."""
+    require("bwrap", "an environment under /tmp")
+    under_tmp = Path(tempfile.mkdtemp(prefix="course-under-tmp-", dir="/tmp"))
+    try:
+        # hard links where this user may make them (root; an ordinary user owns none of a root-made .venv's files)
+        if subprocess.run(["cp", "-a", "--link", str(ROOT / ".venv"), str(under_tmp / ".venv")],
+                          capture_output=True).returncode:
+            shutil.rmtree(under_tmp / ".venv")
+            subprocess.run(["cp", "-a", str(ROOT / ".venv"), str(under_tmp / ".venv")], check=True)
+        folder = under_tmp
+        while folder != Path("/"):
+            if not folder.stat().st_mode & 0o001:
+                folder.chmod(folder.stat().st_mode | 0o001)
+            folder = folder.parent
+        script = ("from nbformat.v4 import new_code_cell, new_notebook\n"
+                  "from attention_grader import forking\n"
+                  "cells = [new_code_cell('import IPython.core.logger, nbformat\\nprint(\"imported\")'),\n"
+                  "         new_code_cell('import email.mime.text, IPython.lib.pretty\\nprint(\"again\")')]\n"
+                  "for cell in cells:\n"
+                  "    cell.metadata['nbgrader'] = {'grade': True, 'grade_id': 'g' + str(id(cell)), 'points': 1,\n"
+                  "                                 'solution': False, 'locked': True}\n"
+                  "nb = new_notebook(cells=cells)\n"
+                  "forking.ForkingExecute(timeout=30).preprocess(nb, {})\n"
+                  "print([o.get('text', o.get('evalue')) for cell in nb.cells for o in cell.outputs])\n")
+        done = subprocess.run([str(under_tmp / ".venv" / "bin" / "python"), "-c", script], capture_output=True,
+                              text=True, timeout=300, cwd=under_tmp)
+        assert "['imported\\n', 'again\\n']" in done.stdout, done.stdout + done.stderr
+    finally:
+        shutil.rmtree(under_tmp, ignore_errors=True)
+
+
+def test_an_executor_that_cannot_run_a_notebook_grades_nothing(monkeypatch):
+    """A fault of the grader (here: a module the notebooks import is missing) stops grading before any notebook, with
+    the reason, instead of giving every student a zero."""
+    monkeypatch.setattr(forking, "SELF_CHECK", "import a_module_the_environment_lacks\n")
+    monkeypatch.setattr(forking, "_ZYGOTE", None)
+    with pytest.raises(RuntimeError, match="no submission was graded.*a_module_the_environment_lacks|"
+                                           "a_module_the_environment_lacks.*no submission was graded"):
+        forking.Zygote(sandbox=harness.SANDBOX)
+
+
+def test_as_root_a_base_python_others_cannot_reach_is_named(monkeypatch, tmp_path):
+    """As root, the sandbox's uid must pass every folder on the way to the base installation's library (a pyenv under
+    /root, mode 700, is not): grading names the folder and what to do, not a missing bubblewrap."""
+    if os.geteuid() != 0:
+        pytest.skip("only a grader running as root runs student code as another uid")
+    closed = tmp_path / "closed"
+    (closed / "lib").mkdir(parents=True)
+    closed.chmod(0o700)
+    monkeypatch.setattr(forking.os, "__file__", str(closed / "lib" / "os.py"))
+    with pytest.raises(forking.SandboxUnavailable, match=f"{closed}.*chmod o\\+x"):
+        forking.Zygote(sandbox=True)

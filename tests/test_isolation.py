@@ -181,6 +181,30 @@ def test_no_attack_changes_a_classmate_s_grade_or_earns_a_point(workers, base_co
     assert "\x1b" not in run.stdout + run.stderr
 
 
+def test_a_notebook_holding_thousands_of_threads_leaves_classmates_their_scores(base_course, tmp_path):
+    """Under a per-user task limit (RHEL's default `ulimit -u 4096` here), a notebook that holds all the threads it can
+    while the other worker grades made honest classmates crash before each notebook's tasks were capped."""
+    require("bwrap", "attacks on the sandboxed executor")
+    course_dir = tmp_path / "course"
+    harness.shutil.copytree(base_course, course_dir)
+    hold = ("import threading, time\nthreading.stack_size(64 << 10)\nrelease = threading.Event()\ntry:\n"
+            "    for _ in range(8000):\n        threading.Thread(target=release.wait, daemon=True).start()\n"
+            "except RuntimeError:\n    pass\ntime.sleep(8)\n")
+    harness.submit(course_dir, "a_holds_threads", STEP, attacker_notebook(hold))
+    for student in ("b_victim", "c_victim", "d_victim"):
+        harness.submit(course_dir, student, STEP, harness.variant_notebook(STEP, {}))
+    command = [sys.executable, "-m", "attention_grader.grading", STEP, "--workers", "2", "--timeout", "20",
+               "--root", str(course_dir)]
+    limit = __import__("resource").RLIMIT_NPROC
+    run = subprocess.run(command, cwd=course_dir, capture_output=True, text=True, timeout=600,
+                         preexec_fn=lambda: __import__("resource").setrlimit(limit, (4096, 4096)))
+    assert run.returncode in (0, 1), run.stdout + run.stderr
+    full = harness.autograded_cells(STEP)
+    got = {student: harness.cell_scores(course_dir, STEP, student) for student in ("b_victim", "c_victim", "d_victim")}
+    assert all(scores == full for scores in got.values()), f"classmates lost points: {got}\n{run.stdout}"
+    assert harness.cell_scores(course_dir, STEP, "a_holds_threads") == {cell: 0.0 for cell in full}
+
+
 # --- one notebook, one sandbox: what a notebook leaves behind, seen by the next one on the same executor ---------
 
 

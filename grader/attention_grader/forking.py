@@ -47,7 +47,10 @@ DISPLAY_LIMIT = 8_000_000  # characters of displayed data (plots, HTML, the prob
 NOTEBOOK_DISPLAY_LIMIT = 32_000_000  # ... and per notebook
 EVENTS = []  # one record per executed notebook, read by the class grader
 MAX_PROCESSES = 32  # processes one notebook may run at once, its own included
+MAX_TASKS = 256  # threads and processes one notebook may run at once
 WATCH_INTERVAL = 0.05  # seconds between two looks at a notebook's processes
+SELF_CHECK = ("import IPython.core.logger, IPython.lib.pretty, email.mime.text, matplotlib.pyplot, torch\n"
+              "import attention_course.checks, attention_course.probe\nprint('ok')\n")  # modules imported late too
 
 
 class SandboxUnavailable(RuntimeError):
@@ -92,8 +95,11 @@ def sandbox_command(python):
     system = ["/usr", "/lib", "/lib64", "/bin", "/etc/alternatives", "/etc/ld.so.cache", "/etc/localtime", "/etc/fonts"]
     for path in system:
         command += ["--ro-bind-try", path, path]
-    for path in sorted(prefixes) + [student_package_dir()]:
+    visible = sorted(prefixes) + [student_package_dir()]
+    for path in visible:
         command += ["--ro-bind", path, path]
+    # each notebook's fresh /tmp and /dev/shm keep these visible where they lie there (a clone under /tmp)
+    command += ["--setenv", "COURSE_VISIBLE", json.dumps(visible)]
     # the zygote imports the very student package the grader found (an editable install's .pth may point elsewhere)
     command += ["--setenv", "PYTHONPATH", os.path.dirname(student_package_dir())]
     # nothing of the sandbox's own tree can be changed: only each notebook's fresh /tmp and /dev/shm are writable
@@ -132,7 +138,8 @@ class Zygote:
         command = sandbox_command(python) if sandbox else None
         # as root, student code runs as an unprivileged uid of the host, not as root
         preexec = _as_sandbox_user if os.geteuid() == 0 else None
-        closed = closed_to_others([python, os.path.realpath(python), THIS_FILE, student_package_dir()])
+        # os.__file__: the base installation's library, which a virtual environment's python reads too
+        closed = closed_to_others([python, os.path.realpath(python), os.__file__, THIS_FILE, student_package_dir()])
         if command is not None and preexec and closed:
             raise SandboxUnavailable(
                 f"grading as root, the sandbox runs student code as the unprivileged uid {SANDBOX_UID}, which cannot "
@@ -166,6 +173,10 @@ class Zygote:
         # A notebook's processes share the zygote's pages; their share counts towards the tree's memory, so the
         # tree may hold the memory limit plus that much.
         self.size = sum(map(_memory, self.own))
+        # what the executor's own processes see: a notebook's process must keep one of these roots, and their
+        # memory-backed file systems are the executor's, not the notebook's
+        self.roots = {_identity(f"/proc/{pid}/root") for pid in self.own} - {None}
+        self.own_file_systems = {device for pid in self.own for device, _, _ in _memory_file_systems(pid)}
         if ready is None or ready.get("ready") is not True:
             self.process.kill()
             self.errors.seek(0)
@@ -176,6 +187,18 @@ class Zygote:
                           "the course environment may be incomplete: delete .venv and run `python3 course.py test`")
             raise RuntimeError(f"the grading executor did not start ({why}); it said: {' | '.join(said) or 'nothing'}."
                                f" What to do: {what_to_do}")
+        # A fault of the grader is never a student's zero: a notebook that only imports what notebooks use runs
+        # first, and grading stops, saying why, when it fails.
+        ends = list(self.run([SELF_CHECK], cell_timeout=60, memory_limit=1 << 30))
+        outputs = next((m["outputs"] for m in ends if m.get("cell") == 0), [])
+        if ends[-1].get("end") != "ok" or [o.get("text") for o in outputs] != ["ok\n"]:
+            said = ends[-1].get("detail") or " ".join(str(o.get("text") or o.get("evalue")) for o in outputs)
+            self.process.kill()
+            raise RuntimeError(f"the grading executor cannot run a notebook here ({said.strip()[-300:]}), so no "
+                               "submission was graded. What to do: check that the course environment is complete "
+                               "(delete .venv and run `python3 course.py test`) and that `python3 course.py grade "
+                               "--unsandboxed` grades the answer key; if only the sandbox fails, tell the course's "
+                               "maintainers what it said")
 
     @staticmethod
     def _sandbox_works(command, python, preexec):
@@ -219,15 +242,52 @@ class Zygote:
     def watch(self, memory_limit):
         """Hold the notebook's whole tree of processes to the limits; stop all of it and say why when it is over."""
         processes = self.notebook_processes()
+        files, uncountable = self.files_in_memory(processes)
         if len(processes) > MAX_PROCESSES:
             self.stopped = f"the notebook started more than {MAX_PROCESSES} processes, so all of them were stopped"
-        elif sum(map(_memory, processes)) > memory_limit + self.size:
+        elif uncountable:
+            self.stopped = f"the notebook {uncountable}, so all its processes were stopped"
+        elif sum(map(_memory, processes)) + files > memory_limit + self.size:
             self.stopped = (f"the notebook's processes together used more than the memory limit "
-                            f"({memory_limit / (1 << 30):.1f} GiB), so all of them were stopped (MemoryError)")
+                            f"({memory_limit / (1 << 30):.1f} GiB), files in memory included, so all of them were "
+                            "stopped (MemoryError)")
         else:
             return
         for pid in processes:
             _signal(pid, signal.SIGKILL)
+
+    def files_in_memory(self, processes):
+        """Bytes of the memory-backed files (tmpfs) the notebook holds: its /tmp and /dev/shm, any file system it
+        mounted in namespaces of its own, files it keeps open there; and, instead, why they cannot be counted. A
+        mounted file system is counted whole, once; an open file of one that is no longer mounted, by its size."""
+        measured, seen, open_files = set(), set(), {}
+        for pid in processes:
+            root = _identity(f"/proc/{pid}/root")
+            if root is None:  # the process has ended
+                continue
+            if root not in self.roots:
+                return 0, "changed its root directory"
+            for device, fstype, path in _memory_file_systems(pid):
+                if fstype == "nsfs":
+                    return 0, "kept a namespace mounted"
+                seen.add(device)
+                if device not in measured and _device_of(path) == device:
+                    measured.add(device)
+                    usage = _used_bytes(path)
+                    open_files[device] = usage  # counted whole: no open file of it is counted again
+            for path in [f"/proc/{pid}/cwd", *(f"/proc/{pid}/fd/{fd}" for fd in _listdir(f"/proc/{pid}/fd"))]:
+                try:
+                    if _NAMESPACE.match(os.readlink(path)):
+                        return 0, "kept a namespace open"
+                    status = os.stat(path)
+                except OSError:
+                    continue
+                device = f"{os.major(status.st_dev)}:{os.minor(status.st_dev)}"
+                if os.major(status.st_dev) == 0 and device not in measured:
+                    open_files[(device, status.st_ino)] = status.st_blocks * 512
+        if seen - measured - self.own_file_systems:
+            return 0, "hid a file system under another one"
+        return sum(open_files.values()), None
 
     def run(self, sources, cell_timeout, memory_limit, tests=()):
         """Run the sources in a fresh child, the cells at the indices `tests` each in a throwaway fork; yield its
@@ -307,6 +367,57 @@ def _memory(pid):
     except (OSError, ValueError):
         pass
     return 0
+
+
+_NAMESPACE = __import__("re").compile(r"^(mnt|user|ipc|net|pid|uts|cgroup|time)(_for_children)?:\[")
+
+
+def _identity(path):
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
+
+
+def _listdir(path):
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def _memory_file_systems(pid):
+    """(device, type, path from here) of each memory-backed (tmpfs) or namespace (nsfs) mount `pid` sees."""
+    try:
+        with open(f"/proc/{pid}/mountinfo") as mountinfo:
+            lines = mountinfo.read().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        fields = line.split()
+        fstype = fields[fields.index("-") + 1]
+        if fstype in ("tmpfs", "nsfs"):
+            where = __import__("re").sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+            found.append((fields[2], fstype, f"/proc/{pid}/root{where}"))
+    return found
+
+
+def _device_of(path):
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return f"{os.major(status.st_dev)}:{os.minor(status.st_dev)}"
+
+
+def _used_bytes(path):
+    try:
+        usage = os.statvfs(path)
+    except OSError:
+        return 0
+    return (usage.f_blocks - usage.f_bfree) * usage.f_frsize
 
 
 def _signal(pid, sig):
@@ -399,7 +510,7 @@ class ForkingExecute(NbGraderPreprocessor):
 # the notebook can reach it (another PID namespace, not dumpable). The relay enforces the output limits as it reads.
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x8000000, 0x10000000, 0x20000000, 0x40000000
-MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
 HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"  # nbgrader's markers
 TMPFS_SIZE = 256 << 20  # bytes of files a notebook may keep in /tmp, and again in /dev/shm
 CELL_MESSAGE_LIMIT = 2 * OUTPUT_LIMIT + DISPLAY_LIMIT + (1 << 20)  # bytes of one cell's message the relay reads
@@ -439,8 +550,20 @@ def _new_namespaces(flags):
 
 
 def _fresh_tmpfs(path):
-    _check(_libc().mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
-                         f"size={TMPFS_SIZE},mode=1777".encode()), f"mount tmpfs on {path}")
+    """An empty tmpfs on `path`, in which the folders the sandbox shows (the environment, the student package) stay
+    where they are, read-only, when they lie under `path`."""
+    libc = _libc()
+    kept = [folder for folder in json.loads(os.environ.get("COURSE_VISIBLE", "[]")) if folder.startswith(path + "/")]
+    handles = [os.open(folder, os.O_PATH | os.O_DIRECTORY) for folder in kept]  # reachable once the tmpfs hides them
+    _check(libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
+                      f"size={TMPFS_SIZE},mode=1777".encode()), f"mount tmpfs on {path}")
+    for folder, handle in zip(kept, handles):
+        os.makedirs(folder, exist_ok=True)
+        _check(libc.mount(f"/proc/self/fd/{handle}".encode(), folder.encode(), None, MS_BIND | MS_REC, None),
+               f"mount --bind {folder}")
+        _check(libc.mount(None, folder.encode(), None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None),
+               f"mount -o remount,ro {folder}")
+        os.close(handle)
 
 
 def _drop_capabilities():
@@ -454,6 +577,35 @@ def _drop_capabilities():
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
     _check(libc.capset(header, (ctypes.c_uint32 * 6)()), "capset")
     _check(libc.prctl(38, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
+
+
+# Memory a process can hold without mapping it, out of the watcher's sight: anonymous files (memfd_create,
+# memfd_secret) and System V shared memory (shmget). x86_64 and aarch64 numbers.
+UNMAPPED_MEMORY_CALLS = {"x86_64": (0xC000003E, [319, 447, 29]), "aarch64": (0xC00000B7, [279, 447, 194])}
+
+
+def _refuse_unmapped_memory():
+    """A seccomp filter on this process and its children: those calls fail with EPERM."""
+    import ctypes
+    import platform
+    arch, numbers = UNMAPPED_MEMORY_CALLS[platform.machine()]
+    load, jump_equal, jump_above_equal, ret = 0x20, 0x15, 0x35, 0x06
+    refuse, allow = 0x00050000 | 1, 0x7FFF0000  # SECCOMP_RET_ERRNO | EPERM, SECCOMP_RET_ALLOW
+    checks = [(jump_above_equal, 0x40000000)] if arch == 0xC000003E else []  # the x32 ABI: refused whole
+    checks += [(jump_equal, number) for number in numbers]
+    program = [(load, 0, 0, 4), (jump_equal, 0, len(checks) + 1, arch), (load, 0, 0, 0)]
+    program += [(code, len(checks) - i, 0, k) for i, (code, k) in enumerate(checks)]
+    program += [(ret, 0, 0, allow), (ret, 0, 0, refuse)]
+
+    class Instruction(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Instruction))]
+
+    instructions = (Instruction * len(program))(*program)
+    filter_program = Program(len(program), instructions)
+    _check(_libc().prctl(22, 2, ctypes.byref(filter_program), 0, 0), "seccomp")  # PR_SET_SECCOMP, MODE_FILTER
 
 
 def _close_descriptors(keep):
@@ -591,6 +743,10 @@ def _relay(request, end_channel, kit):
     """One notebook: its namespaces, its processes, and the messages between them and the grader."""
     sandboxed = bool(os.environ.get("COURSE_SANDBOXED"))
     if sandboxed:
+        # Threads and processes count per user namespace and uid (Linux 5.14 and later): set before the notebook's user
+        # namespace is made, the limit holds the notebook's tasks together, whatever uid other notebooks share.
+        resource = kit[0]
+        resource.setrlimit(resource.RLIMIT_NPROC, (MAX_TASKS, MAX_TASKS))
         # a network namespace of its own has no interface up: no loopback to leave a listening socket on
         _new_namespaces(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWPID)
         _fresh_tmpfs("/tmp")
@@ -852,6 +1008,7 @@ def _notebook(request, from_relay, to_relay, sandboxed, kit):
     resource, plt, shell, DisplayHook, DisplayPublisher = kit
     if sandboxed:
         _drop_capabilities()
+        _refuse_unmapped_memory()
     # The inherited descriptors 0-2 are the zygote's pipes to the grader: the notebook talks only to its relay.
     null = os.open(os.devnull, os.O_RDWR)
     for descriptor in (0, 1, 2):
