@@ -4,6 +4,24 @@
 # the hidden checks can take its points, and a cheat that skips or silences them must not keep them.
 CHEATS_RIDE_ON = "dropout_never_applied"
 
+# Carried over from earlier steps: the setup's load_fixed_weights loop and the no_grad copy of step 03, and the lines
+# of steps 04-05's CausalAttention that the exercise gives (so that Parts 4 and 5 can convert to and from it) and that
+# MultiHeadAttention keeps unchanged.
+SHARED_LINES = [
+    "with torch.no_grad():",
+    'for name in ("W_query", "W_key", "W_value"):',
+    "self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)",
+    "self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)",
+    "self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)",
+    "self.dropout = nn.Dropout(dropout)",
+    "future = torch.triu(torch.ones(context_length, context_length, dtype=torch.bool), diagonal=1)",
+    'self.register_buffer("mask", future)',
+    "if num_tokens > self.mask.shape[0]:",
+    'raise ValueError(f"{num_tokens} tokens do not fit context_length={self.mask.shape[0]}")',
+    'attn_scores = attn_scores.masked_fill(self.mask[:num_tokens, :num_tokens], float("-inf"))',
+    "attn_weights = self.dropout(attn_weights)",
+]
+
 # The answer key's MultiHeadAttention calls split_heads and merge_heads, so a mistake in either also breaks
 # Part 3. Part 4's visible test runs the MultiHeadAttention that wrapper_to_split returns, so a mistake of Part 3 that
 # shows on its small example breaks Part 4 too; its hidden checks judge the weights and sizes wrapper_to_split chose,
@@ -199,6 +217,96 @@ def wrapper_to_split(wrapper):
     return mha
 '''
 
+_SPLIT_TO_WRAPPER_STATE_DICT = '''\
+def split_to_wrapper(mha, num_heads):
+    """A state dict for the wrapper; the mixing test through a mask of the diagonal blocks; einsum."""
+    d_out, d_in = mha.W_query.weight.shape
+    if num_heads <= 0 or d_out % num_heads != 0:
+        raise ValueError(f"cannot cut d_out={d_out} into num_heads={num_heads} heads")
+    hd = d_out // num_heads
+    same_head = torch.arange(d_out) // hd
+    outside = same_head[:, None] != same_head[None, :]
+    w_o = mha.out_proj.weight.detach()
+    if torch.count_nonzero(w_o[outside]) or torch.count_nonzero(mha.out_proj.bias.detach()):
+        raise ValueError("this out_proj combines heads (or adds a bias); a wrapper cannot")
+    has_bias = mha.W_value.bias is not None
+    wrapper = MultiHeadAttentionWrapper(d_in, hd, len(mha.mask), mha.dropout.p, num_heads, qkv_bias=has_bias)
+    state = {}
+    for h in range(num_heads):
+        r = slice(h * hd, (h + 1) * hd)
+        block = w_o[r, r]
+        for name in ("W_query", "W_key", "W_value"):
+            w = getattr(mha, name).weight.detach()[r]
+            state[f"heads.{h}.{name}.weight"] = torch.einsum("ij,jk->ik", block, w) if name == "W_value" else w
+            if has_bias:
+                b = getattr(mha, name).bias.detach()[r]
+                state[f"heads.{h}.{name}.bias"] = torch.einsum("ij,j->i", block, b) if name == "W_value" else b
+    wrapper.load_state_dict(state, strict=False)
+    return wrapper.to(w_o.dtype)
+'''
+
+_SPLIT_TO_WRAPPER_PARAMETERS = '''\
+def split_to_wrapper(mha, num_heads):
+    """New nn.Parameters per head; allclose against the block-diagonal part; the bias check first."""
+    d_out = mha.out_proj.in_features
+    if d_out % num_heads:
+        raise ValueError("num_heads must divide d_out")
+    head_dim = d_out // num_heads
+    if mha.out_proj.bias is not None and not torch.allclose(mha.out_proj.bias, torch.zeros_like(mha.out_proj.bias)):
+        raise ValueError("out_proj has a bias")
+    W = mha.out_proj.weight.detach()
+    kept = torch.block_diag(*[W[i:i + head_dim, i:i + head_dim] for i in range(0, d_out, head_dim)])
+    if not torch.allclose(W, kept, atol=1e-7):
+        raise ValueError("out_proj reads across heads")
+    wrapper = MultiHeadAttentionWrapper(mha.W_query.in_features, head_dim, mha.mask.size(0), mha.dropout.p,
+                                        num_heads, mha.W_query.bias is not None).double()
+    for h, head in enumerate(wrapper.heads):
+        i = h * head_dim
+        block = W[i:i + head_dim, i:i + head_dim].double()
+        head.W_query.weight = nn.Parameter(mha.W_query.weight.detach()[i:i + head_dim].double().clone())
+        head.W_key.weight = nn.Parameter(mha.W_key.weight.detach()[i:i + head_dim].double().clone())
+        head.W_value.weight = nn.Parameter(block @ mha.W_value.weight.detach()[i:i + head_dim].double())
+        if mha.W_query.bias is not None:
+            head.W_query.bias = nn.Parameter(mha.W_query.bias.detach()[i:i + head_dim].double().clone())
+            head.W_key.bias = nn.Parameter(mha.W_key.bias.detach()[i:i + head_dim].double().clone())
+            head.W_value.bias = nn.Parameter(block @ mha.W_value.bias.detach()[i:i + head_dim].double())
+    return wrapper.to(W.dtype)
+'''
+
+_SPLIT_TO_WRAPPER_KEY = '''\
+def split_to_wrapper(mha, num_heads):
+    d_out, d_in = mha.W_query.weight.shape
+    if num_heads < 1 or d_out % num_heads:
+        raise ValueError(f"num_heads={num_heads} does not divide d_out={d_out}")
+    head_dim = d_out // num_heads
+    mixing = mha.out_proj.weight.detach()
+    blocks = [mixing[h * head_dim:(h + 1) * head_dim, h * head_dim:(h + 1) * head_dim] for h in range(num_heads)]
+    across_heads = mixing - torch.block_diag(*blocks)
+    out_bias = mha.out_proj.bias
+    if across_heads.abs().max() > 1e-6 or (out_bias is not None and out_bias.detach().abs().max() > 1e-6):
+        raise ValueError("out_proj mixes the heads or has a bias: no wrapper computes this module")
+    qkv_bias = mha.W_query.bias is not None
+    wrapper = MultiHeadAttentionWrapper(d_in, head_dim, mha.mask.shape[0], mha.dropout.p, num_heads, qkv_bias)
+    wrapper = wrapper.to(device=mixing.device, dtype=mixing.dtype)
+    with torch.no_grad():
+        for h, head in enumerate(wrapper.heads):
+            rows = slice(h * head_dim, (h + 1) * head_dim)
+            for name, after in (("W_query", None), ("W_key", None), ("W_value", blocks[h])):
+                big, small = getattr(mha, name), getattr(head, name)
+                weight = big.weight.detach()[rows]
+                small.weight.copy_(weight if after is None else after @ weight)
+                if qkv_bias:
+                    bias = big.bias.detach()[rows]
+                    small.bias.copy_(bias if after is None else after @ bias)
+    return wrapper
+'''
+
+
+def _split_back_with(old, new):
+    assert old in _SPLIT_TO_WRAPPER_KEY, old
+    return _SPLIT_TO_WRAPPER_KEY.replace(old, new)
+
+
 _IMPORTS = "import math\nimport torch.nn.functional as F\n\n"
 
 VARIANTS = {
@@ -226,6 +334,7 @@ VARIANTS = {
         "cells": {
             "multi_head_attention": _MHA_EINSUM_WHERE,
             "wrapper_to_split": _WRAPPER_TO_SPLIT_STATE_DICT,
+            "split_to_wrapper": _SPLIT_TO_WRAPPER_STATE_DICT,
         },
     },
     "unflatten_flatten_inplace_mask": {
@@ -240,6 +349,7 @@ VARIANTS = {
             "merge_heads": "def merge_heads(x):\n    return x.transpose(1, 2).flatten(start_dim=2)\n",
             "multi_head_attention": _IMPORTS + _MHA_INPLACE_FINFO,
             "wrapper_to_split": _WRAPPER_TO_SPLIT_TRANSPOSED,
+            "split_to_wrapper": _SPLIT_TO_WRAPPER_PARAMETERS,
             "gpt2_small_attention_params": (
                 "def gpt2_small_attention_params():\n"
                 "    mha = MultiHeadAttention(768, 768, 1024, 0.0, 12, qkv_bias=True)\n"
@@ -260,7 +370,7 @@ VARIANTS = {
             ),
         },
         "fails": {
-            "test_split_heads": "view(b, T, num_heads, head_dim)",
+            "test_split_heads": "move the heads in front of the tokens",
             "test_multi_head_attention": "has the wrong values",
         },
     },
@@ -319,6 +429,7 @@ VARIANTS = {
         "fails": {
             "test_multi_head_attention": "out_proj",
             "test_wrapper_to_split": "out_proj",
+            "test_split_to_wrapper": "out_proj",
         },
     },
     "dropout_never_applied": {
@@ -357,7 +468,7 @@ VARIANTS = {
         "cells": {"wrapper_to_split": _WRAPPER_TO_SPLIT_KEY.replace(
             "big.weight.copy_(torch.cat([getattr(head, name).weight for head in heads], dim=0))",
             "big.weight.copy_(torch.cat([getattr(head, name).weight for head in heads], dim=1))")},
-        "fails": {"test_wrapper_to_split": "dim 0"},
+        "fails": {"test_wrapper_to_split": "out_features"},
     },
     "wrapper_out_proj_left_random": {
         "kind": "mistake",
@@ -377,6 +488,48 @@ VARIANTS = {
         "cells": {"wrapper_to_split": _WRAPPER_TO_SPLIT_KEY.replace("first.mask.shape[0], first.dropout.p,",
                                                                     "first.mask.shape[0], 0.0,")},
         "fails": {"test_wrapper_to_split": "dropout.p"},
+    },
+    "back_block_folded_into_queries": {
+        "kind": "mistake",
+        "cells": {"split_to_wrapper": _split_back_with(
+            '(("W_query", None), ("W_key", None), ("W_value", blocks[h]))',
+            '(("W_query", blocks[h]), ("W_key", None), ("W_value", None))')},
+        "fails": {"test_split_to_wrapper": "W_value"},
+    },
+    "back_block_transposed": {
+        "kind": "mistake",
+        "cells": {"split_to_wrapper": _split_back_with("after @ weight", "after.T @ weight")
+                  .replace("after @ bias", "after.T @ bias")},
+        "fails": {"test_split_to_wrapper": "W_value"},
+    },
+    "back_out_proj_ignored": {
+        "kind": "mistake",
+        "cells": {"split_to_wrapper": _split_back_with('("W_value", blocks[h])', '("W_value", None)')},
+        "fails": {"test_split_to_wrapper": "W_value"},
+    },
+    "back_never_refuses": {
+        "kind": "mistake",
+        "cells": {"split_to_wrapper": _split_back_with(
+            "    if across_heads.abs().max() > 1e-6 or (out_bias is not None and out_bias.detach().abs().max() > 1e-6):\n"
+            "        raise ValueError(\"out_proj mixes the heads or has a bias: no wrapper computes this module\")\n", "")},
+        "fails": {"test_split_to_wrapper": "out_proj"},
+    },
+    "back_bias_not_checked": {
+        "kind": "mistake",
+        "cells": {"split_to_wrapper": _split_back_with(
+            " or (out_bias is not None and out_bias.detach().abs().max() > 1e-6)", "")},
+        "fails": {"test_split_to_wrapper": "bias is zero"},
+    },
+    "back_only_the_identity": {
+        "kind": "mistake",
+        "cells": {"split_to_wrapper": _split_back_with(
+            "if across_heads.abs().max() > 1e-6", "if not torch.equal(mixing, torch.eye(d_out))")},
+        "fails": {"test_split_to_wrapper": "ValueError"},
+    },
+    "back_dropout_dropped": {
+        "kind": "mistake",
+        "cells": {"split_to_wrapper": _split_back_with("mha.mask.shape[0], mha.dropout.p,", "mha.mask.shape[0], 0.0,")},
+        "fails": {"test_split_to_wrapper": "dropout probability"},
     },
     "gpt2_returns_a_tensor": {
         "kind": "mistake",

@@ -5,6 +5,80 @@
 # keep them.
 CHEATS_RIDE_ON = "combined_mask_not_sliced"
 
+# Carried over from step 07: the exercise gives step 07's MultiHeadAttention (and the lesson recaps it), and the
+# answer keys of Parts 1 and 4 keep its checks, layers and attention lines unchanged; `with torch.no_grad():` is
+# step 03's.
+SHARED_LINES = [
+    "with torch.no_grad():",
+    "if d_out % num_heads != 0:",
+    'raise ValueError(f"d_out ({d_out}) must be divisible by num_heads ({num_heads})")',
+    "self.head_dim = d_out // num_heads",
+    "self.context_length = context_length",
+    "if num_tokens > self.context_length:",
+    'raise ValueError(f"{num_tokens} tokens exceed context_length ({self.context_length})")',
+    "self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)",
+    "self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)",
+    "self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)",
+    "self.out_proj = nn.Linear(d_out, d_out)",
+    "self.dropout = nn.Dropout(dropout)",
+    'self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length, dtype=torch.bool), 1))',
+    "attn_scores = queries @ keys.transpose(-2, -1)",
+    'attn_scores = attn_scores.masked_fill(self.mask[:num_tokens, :num_tokens], float("-inf"))',
+    "attn_weights = self.dropout(torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1))",
+    "context_vecs = (attn_weights @ values).transpose(1, 2).reshape(b, num_tokens, self.d_out)",
+    "return self.out_proj(context_vecs)",
+]
+
+_PADDED_FLOAT_MASK = (
+    "def padded_sdpa_attention(queries, keys, values, is_padding, causal=True):\n"
+    "    b, h, t, d = queries.shape\n"
+    "    if is_padding.shape != (b, t) or is_padding.dtype is not torch.bool:\n"
+    "        raise ValueError('is_padding must be a (b, T) bool tensor')\n"
+    "    blocked = is_padding[:, None, None, :].expand(b, 1, t, t)\n"
+    "    if causal:\n"
+    "        blocked = blocked | torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)\n"
+    "    lonely = blocked.all(dim=-1, keepdim=True)\n"
+    "    blocked = blocked & ~(lonely & torch.eye(t, dtype=torch.bool))\n"
+    "    bias = torch.zeros(b, 1, t, t, dtype=queries.dtype).masked_fill(blocked, float('-inf'))\n"
+    "    return F.scaled_dot_product_attention(queries, keys, values, attn_mask=bias)\n"
+)
+
+_PADDED_WHERE = (
+    "from torch.nn.functional import scaled_dot_product_attention as sdpa\n"
+    "\n"
+    "def padded_sdpa_attention(queries, keys, values, is_padding, causal=True):\n"
+    "    if not torch.is_tensor(is_padding) or is_padding.dtype != torch.bool or is_padding.dim() != 2 \\\n"
+    "            or is_padding.shape[0] != queries.shape[0] or is_padding.shape[1] != queries.shape[2]:\n"
+    "        raise ValueError(f'bad is_padding: {getattr(is_padding, \"shape\", None)}')\n"
+    "    t = queries.shape[2]\n"
+    "    real = torch.logical_not(is_padding).unsqueeze(1).unsqueeze(1).repeat(1, 1, t, 1)  # (b, 1, T, T)\n"
+    "    if causal:\n"
+    "        real = torch.logical_and(real, torch.arange(t)[None, :] <= torch.arange(t)[:, None])\n"
+    "    diagonal = torch.eye(t, dtype=torch.bool).expand_as(real)\n"
+    "    mask = torch.where(real.any(dim=3, keepdim=True), real, diagonal)\n"
+    "    bias = torch.where(mask, 0.0, -1e9).to(queries.dtype)  # a large negative number instead of -inf\n"
+    "    return sdpa(queries, keys, values, attn_mask=bias)\n"
+)
+
+_PADDED_KEY = (
+    "def padded_sdpa_attention(queries, keys, values, is_padding, causal=True):\n"
+    "    b, _, num_tokens, _ = queries.shape\n"
+    "    if is_padding.dtype != torch.bool or tuple(is_padding.shape) != (b, num_tokens):\n"
+    "        raise ValueError('is_padding must be a bool tensor of shape (b, T)')\n"
+    "    allowed = ~is_padding.view(b, 1, 1, num_tokens)\n"
+    "    if causal:\n"
+    "        allowed = allowed & torch.ones(num_tokens, num_tokens, dtype=torch.bool).tril()\n"
+    "    no_key = ~allowed.any(dim=-1, keepdim=True)\n"
+    "    allowed = allowed | (no_key & torch.eye(num_tokens, dtype=torch.bool))\n"
+    "    return F.scaled_dot_product_attention(queries, keys, values, attn_mask=allowed)\n"
+)
+
+
+def _padded_with(old, new):
+    assert old in _PADDED_KEY, old
+    return _PADDED_KEY.replace(old, new)
+
+
 # Part 1's class with a correct __init__ and a forward that computes the wrong thing or crashes: Part 2 builds one
 # (combined_from_split must return a MultiHeadAttentionCombinedQKV), but is judged on the weights it copies and the
 # sizes it passes, so it keeps its points.
@@ -71,6 +145,40 @@ _SDPA_INVERTED_MASK = (
 )
 
 VARIANTS = {
+    "padded_float_mask": {"kind": "correct", "cells": {"padded_sdpa_attention": _PADDED_FLOAT_MASK}},
+    "padded_where_large_negative": {"kind": "correct", "cells": {"padded_sdpa_attention": _PADDED_WHERE}},
+    "padded_mask_not_inverted": {
+        "kind": "mistake",
+        "cells": {"padded_sdpa_attention": _padded_with("allowed = ~is_padding.view(", "allowed = is_padding.view(")},
+        "fails": {"test_padded_sdpa_attention": "True = may attend",
+                  "test_padded_sdpa_attention_left": "skip the padding keys"},
+    },
+    "padded_causal_ignored": {
+        "kind": "mistake",
+        "cells": {"padded_sdpa_attention": _padded_with("    if causal:\n", "    if False:\n")},
+        "fails": {"test_padded_sdpa_attention": "the future", "test_padded_sdpa_attention_left": "the future"},
+    },
+    "padded_mask_on_queries": {
+        "kind": "mistake",
+        "cells": {"padded_sdpa_attention": _padded_with("~is_padding.view(b, 1, 1, num_tokens)",
+                                                        "~is_padding.view(b, 1, num_tokens, 1)")},
+        "fails": {"test_padded_sdpa_attention": "may attend", "test_padded_sdpa_attention_left": "skip the padding keys"},
+    },
+    "padded_empty_rows_left_alone": {
+        "kind": "mistake",
+        "cells": {"padded_sdpa_attention": _padded_with(
+            "    allowed = allowed | (no_key & torch.eye(num_tokens, dtype=torch.bool))\n", "")},
+        "fails": {"test_padded_sdpa_attention_left": "itself alone"},
+    },
+    "padded_by_hand_softmax": {
+        "kind": "mistake",
+        "cells": {"padded_sdpa_attention": _padded_with(
+            "    return F.scaled_dot_product_attention(queries, keys, values, attn_mask=allowed)\n",
+            "    scores = (queries @ keys.mT / queries.shape[-1] ** 0.5).masked_fill(~allowed, float('-inf'))\n"
+            "    return torch.softmax(scores, dim=-1) @ values\n")},
+        "fails": {"test_padded_sdpa_attention": "scaled_dot_product_attention",
+                  "test_padded_sdpa_attention_left": "scaled_dot_product_attention"},
+    },
     "chunk_where_tril_mask": {
         "kind": "correct",
         "cells": {
@@ -245,7 +353,7 @@ VARIANTS = {
                   "            combined.qkv.bias.copy_(torch.cat([layer.bias for layer in layers]))\n"
                   "        combined.out_proj.load_state_dict(mha.out_proj.state_dict())\n"
                   "    return combined\n"},
-        "fails": {"test_combined_from_split": "torch.cat(..., dim=0)"},
+        "fails": {"test_combined_from_split": "3 * d_out rows"},
     },
     "fused_weights_side_by_side_parameter": {
         "kind": "mistake",

@@ -6,6 +6,24 @@ from bank import edit as _edit
 # biases), so only the hidden checks can take its points, and a cheat that skips or silences them must not keep them.
 CHEATS_RIDE_ON = "qkv_bias_ignored"
 
+# Carried over from step 07: the exercise gives step 07's MultiHeadAttention (and the lesson recaps it), and the
+# answer key's MultiHeadAttentionWithCache keeps its checks, layers and attention lines unchanged.
+SHARED_LINES = [
+    "if d_out % num_heads != 0:",
+    'raise ValueError(f"d_out ({d_out}) must be divisible by num_heads ({num_heads})")',
+    "self.head_dim = d_out // num_heads",
+    "self.context_length = context_length",
+    "self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)",
+    "self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)",
+    "self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)",
+    "self.out_proj = nn.Linear(d_out, d_out)",
+    "self.dropout = nn.Dropout(dropout)",
+    "attn_scores = queries @ keys.transpose(-2, -1)",
+    "attn_weights = self.dropout(torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1))",
+    "context_vecs = (attn_weights @ values).transpose(1, 2).reshape(b, num_tokens, self.d_out)",
+    "return self.out_proj(context_vecs)",
+]
+
 
 
 
@@ -941,7 +959,13 @@ _ROUTE_GAUSSIAN_NOISE = _edit(_CLASS, (
 
 VARIANTS.update({
     "route_recomputes_kept_tokens": {"kind": "mistake", "cells": {"attention_with_cache": _ROUTE_RECOMPUTES},
-                                     "fails": {"test_attention_with_cache": "only the new tokens"}},
+                                     "fails": {"test_attention_with_cache": "not the inputs"}},
+    # issue 35: the same recomputation through F.linear, which a forward pre-hook on W_key never sees
+    "route_recomputes_kept_tokens_with_f_linear": {
+        "kind": "mistake",
+        "cells": {"attention_with_cache": _ROUTE_RECOMPUTES.replace(
+            "k, v = (layer(every).view(", "k, v = (F.linear(every, layer.weight, layer.bias).view(")},
+        "fails": {"test_attention_with_cache": "not the inputs"}},
     "route_grows_the_cache_then_raises": {"kind": "mistake",
                                           "cells": {"attention_with_cache": _ROUTE_GROWS_THEN_RAISES},
                                           "fails": {"test_attention_with_cache_arguments": "before"}},
@@ -949,4 +973,164 @@ VARIANTS.update({
                                     "fails": {"test_attention_with_cache": "1 / (1 - p)"}},
     "route_gaussian_noise_for_dropout": {"kind": "mistake", "cells": {"attention_with_cache": _ROUTE_GAUSSIAN_NOISE},
                                          "fails": {"test_attention_with_cache": "zero"}},
+})
+
+
+# ------------------------------------------------------------------ Part 4: StaticKVCache
+_STATIC_KEY = (
+    "class StaticKVCache:\n"
+    "    def __init__(self, batch_size, num_heads, max_len, head_dim, dtype=torch.float32, device=None):\n"
+    "        shape = (batch_size, num_heads, max_len, head_dim)\n"
+    "        self.keys = torch.zeros(shape, dtype=dtype, device=device)\n"
+    "        self.values = torch.zeros(shape, dtype=dtype, device=device)\n"
+    "        self.length = 0\n"
+    "\n"
+    "    def update(self, new_keys, new_values):\n"
+    "        b, heads, max_len, head_dim = self.keys.shape\n"
+    "        t_new = new_keys.shape[2] if new_keys.dim() == 4 else -1\n"
+    "        for tensor in (new_keys, new_values):\n"
+    "            if tuple(tensor.shape) != (b, heads, t_new, head_dim):\n"
+    "                raise ValueError('new_keys and new_values must be (batch_size, num_heads, T_new, head_dim)')\n"
+    "        end = self.length + t_new\n"
+    "        if end > max_len:\n"
+    "            raise ValueError(f'{self.length} + {t_new} tokens do not fit max_len={max_len}')\n"
+    "        self.keys[:, :, self.length:end] = new_keys\n"
+    "        self.values[:, :, self.length:end] = new_values\n"
+    "        self.length = end\n"
+    "        return self.keys[:, :, :end], self.values[:, :, :end]\n"
+    "\n"
+    "    def reset(self):\n"
+    "        self.length = 0\n"
+)
+
+
+def _static_with(old, new):
+    assert old in _STATIC_KEY, old
+    return _STATIC_KEY.replace(old, new)
+
+
+VARIANTS.update({
+    "static_copy_narrow_empty": {
+        "kind": "correct",
+        "cells": {"static_kv_cache": (
+            "class StaticKVCache:\n"
+            "    \"\"\"copy_ into narrow() views, torch.empty, a tuple of sizes checked one by one.\"\"\"\n"
+            "    def __init__(self, batch_size, num_heads, max_len, head_dim, dtype=torch.float32, device=None):\n"
+            "        self.max_len = max_len\n"
+            "        self.keys = torch.empty(batch_size, num_heads, max_len, head_dim, dtype=dtype, device=device)\n"
+            "        self.values = torch.empty_like(self.keys)\n"
+            "        self.length = 0\n"
+            "\n"
+            "    def update(self, new_keys, new_values):\n"
+            "        if new_keys.shape != new_values.shape or new_keys.ndim != 4 \\\n"
+            "                or new_keys.shape[:2] != self.keys.shape[:2] or new_keys.shape[3] != self.keys.shape[3]:\n"
+            "            raise ValueError(f'new_keys {tuple(new_keys.shape)} / new_values do not fit the cache')\n"
+            "        n = new_keys.size(2)\n"
+            "        if self.length + n > self.max_len:\n"
+            "            raise ValueError('cache full: max_len reached')\n"
+            "        self.keys.narrow(2, self.length, n).copy_(new_keys)\n"
+            "        self.values.narrow(2, self.length, n).copy_(new_values)\n"
+            "        self.length += n\n"
+            "        return self.keys.narrow(2, 0, self.length), self.values.narrow(2, 0, self.length)\n"
+            "\n"
+            "    def reset(self):\n"
+            "        self.length = 0\n"
+            "        self.keys.zero_()\n"
+            "        self.values.zero_()\n")},
+    },
+    "static_index_put_module": {
+        "kind": "correct",
+        "cells": {"static_kv_cache": (
+            "class StaticKVCache(nn.Module):\n"
+            "    \"\"\"An nn.Module with buffers, positions written with index_copy_, views through slicing.\"\"\"\n"
+            "    def __init__(self, batch_size, num_heads, max_len, head_dim, dtype=torch.float32, device=None):\n"
+            "        super().__init__()\n"
+            "        self.register_buffer('keys', torch.zeros(batch_size, num_heads, max_len, head_dim, dtype=dtype,\n"
+            "                                                 device=device), persistent=False)\n"
+            "        self.register_buffer('values', torch.zeros_like(self.keys), persistent=False)\n"
+            "        self.length = 0\n"
+            "\n"
+            "    def update(self, new_keys, new_values):\n"
+            "        b, h, cap, d = self.keys.shape\n"
+            "        for t in (new_keys, new_values):\n"
+            "            if t.dim() != 4 or (t.shape[0], t.shape[1], t.shape[3]) != (b, h, d) \\\n"
+            "                    or t.shape[2] != new_keys.shape[2]:\n"
+            "                raise ValueError('bad shape of new_keys or new_values')\n"
+            "        if self.length + new_keys.shape[2] > cap:\n"
+            "            raise ValueError(f'only max_len={cap} tokens fit')\n"
+            "        where = torch.arange(self.length, self.length + new_keys.shape[2], device=self.keys.device)\n"
+            "        self.keys.index_copy_(2, where, new_keys.to(self.keys.dtype))\n"
+            "        self.values.index_copy_(2, where, new_values.to(self.values.dtype))\n"
+            "        self.length += new_keys.shape[2]\n"
+            "        return self.keys[..., :self.length, :], self.values[..., :self.length, :]\n"
+            "\n"
+            "    def reset(self):\n"
+            "        self.length = 0\n")},
+    },
+    "static_rebuilt_with_cat": {
+        "kind": "mistake",
+        "cells": {"static_kv_cache": _static_with(
+            "        self.keys[:, :, self.length:end] = new_keys\n"
+            "        self.values[:, :, self.length:end] = new_values\n",
+            "        self.keys = torch.cat([self.keys[:, :, :self.length], new_keys, self.keys[:, :, end:]], dim=2)\n"
+            "        self.values = torch.cat([self.values[:, :, :self.length], new_values, self.values[:, :, end:]], dim=2)\n")},
+        "fails": {"test_static_kv_cache_memory": "another tensor"},
+    },
+    "static_returns_copies": {
+        "kind": "mistake",
+        "cells": {"static_kv_cache": _static_with("return self.keys[:, :, :end], self.values[:, :, :end]",
+                                                  "return self.keys[:, :, :end].clone(), self.values[:, :, :end].clone()")},
+        "fails": {"test_static_kv_cache_memory": "copies"},
+    },
+    "static_returns_whole_buffer": {
+        "kind": "mistake",
+        "cells": {"static_kv_cache": _static_with("return self.keys[:, :, :end], self.values[:, :, :end]",
+                                                  "return self.keys, self.values")},
+        "fails": {"test_static_kv_cache": "first `length` positions"},
+    },
+    "static_writes_at_the_start": {
+        "kind": "mistake",
+        "cells": {"static_kv_cache": _static_with(
+            "        self.keys[:, :, self.length:end] = new_keys\n"
+            "        self.values[:, :, self.length:end] = new_values\n",
+            "        self.keys[:, :, :t_new] = new_keys\n"
+            "        self.values[:, :, :t_new] = new_values\n")},
+        "fails": {"test_static_kv_cache": "first `length` positions"},
+    },
+    "static_writes_before_checking": {
+        "kind": "mistake",
+        "cells": {"static_kv_cache": _static_with(
+            "        if end > max_len:\n"
+            "            raise ValueError(f'{self.length} + {t_new} tokens do not fit max_len={max_len}')\n"
+            "        self.keys[:, :, self.length:end] = new_keys\n"
+            "        self.values[:, :, self.length:end] = new_values\n"
+            "        self.length = end\n",
+            "        self.length = end\n"
+            "        if end > max_len:\n"
+            "            raise ValueError(f'{end - t_new} + {t_new} tokens do not fit max_len={max_len}')\n"
+            "        self.keys[:, :, end - t_new:end] = new_keys\n"
+            "        self.values[:, :, end - t_new:end] = new_values\n")},
+        "fails": {"test_static_kv_cache": "before you write anything"},
+    },
+    "static_no_overflow_check": {
+        "kind": "mistake",
+        "cells": {"static_kv_cache": _static_with(
+            "        if end > max_len:\n"
+            "            raise ValueError(f'{self.length} + {t_new} tokens do not fit max_len={max_len}')\n", "")},
+        "fails": {"test_static_kv_cache": "max_len"},
+    },
+    "static_reset_reallocates": {
+        "kind": "mistake",
+        "cells": {"static_kv_cache": _static_with(
+            "    def reset(self):\n        self.length = 0\n",
+            "    def reset(self):\n        self.length = 0\n"
+            "        self.keys, self.values = torch.zeros_like(self.keys), torch.zeros_like(self.values)\n")},
+        "fails": {"test_static_kv_cache_memory": "new memory"},
+    },
+    "static_dtype_ignored": {
+        "kind": "mistake",
+        "cells": {"static_kv_cache": _static_with("torch.zeros(shape, dtype=dtype, device=device)",
+                                                  "torch.zeros(shape, device=device)")},
+        "fails": {"test_static_kv_cache_memory": "dtype"},
+    },
 })

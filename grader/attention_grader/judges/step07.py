@@ -177,11 +177,103 @@ def wrapper_to_split(inputs):
     return checks
 
 
+FOLD_HINT = ("a head's block of out_proj is applied after the weighted sum of the values, so it can only move into the "
+             "head's W_value (weight and bias: block @ rows of W_value); queries and keys must keep mha's own rows")
+REFUSE_HINT = ("a wrapper exists only when out_proj.weight is zero outside the heads' diagonal blocks and its bias is "
+               "zero: raise ValueError naming out_proj otherwise")
+SIZES_HINT = ("build MultiHeadAttentionWrapper(d_in, d_out // num_heads, context_length, dropout, num_heads, qkv_bias) "
+              "from mha's sizes: the mask's size, dropout.p, and whether W_query has a bias")
+
+
+def block_diagonal_out_proj(inputs, d_out, heads):
+    """An out_proj weight that never mixes heads: random head_dim x head_dim blocks on the diagonal."""
+    head_dim = d_out // heads
+    return torch.block_diag(*[inputs.randn(head_dim, head_dim, scale=0.5) for _ in range(heads)])
+
+
+def stand_in_mha(p, d_in, d_out, context, dropout, bias, state):
+    """A module with MultiHeadAttention's contract attributes (W_query, W_key, W_value, out_proj, mask, dropout)
+    built in the kernel from torch.nn alone, so that Part 5 is judged without the student's Part 3."""
+    nn_ = G("nn")
+    layers = [[name, p.call(nn_.attr("Linear"), d_in, d_out, bias=bias)] for name in ("W_query", "W_key", "W_value")]
+    layers += [["out_proj", p.call(nn_.attr("Linear"), d_out, d_out)], ["dropout", p.call(nn_.attr("Dropout"), dropout)]]
+    mha = p.call(nn_.attr("ModuleDict"), [tuple(pair) for pair in layers])
+    p.call(mha.attr("register_buffer"), "mask",
+           p.tensor(torch.triu(torch.ones(context, context, dtype=torch.bool), diagonal=1)))
+    p.load(mha, state)
+    p.call(mha.attr("eval"))
+    return mha
+
+
+def split_to_wrapper_checks(inputs, d_in, d_out, context, heads, bias, dropout):
+    what = (f"split_to_wrapper(mha, {heads}) for a module with MultiHeadAttention's attributes ({d_in} -> {d_out}, "
+            f"context_length={context}, dropout={dropout}, qkv_bias={bias}) whose out_proj does not mix heads")
+    state = attention_state(inputs, d_in, d_out, bias)
+    state["out_proj.weight"] = block_diagonal_out_proj(inputs, d_out, heads)
+    state["out_proj.bias"] = torch.zeros(d_out)
+    p = Program()
+    mha = stand_in_mha(p, d_in, d_out, context, dropout, bias, state)
+    wrapper = p.call(G("split_to_wrapper"), mha, heads)
+    p.record(wrapper.attr("__class__").attr("__name__"), CLASS, "return a MultiHeadAttentionWrapper (the class given "
+             "above), built with your sizes")
+    p.call(wrapper.attr("eval"))
+    t = inputs.randint(1, context + 1)
+    p.record(p.call(wrapper, p.tensor(inputs.randn(2, t, d_in))), f"the wrapper's output on a random (2, {t}, {d_in}) "
+             "input, against the module's", FOLD_HINT)
+    p.record(p.call(wrapper.attr("heads").attr("__len__")), "the number of heads", SIZES_HINT)
+    p.record(wrapper.attr("heads")[0].attr("mask").attr("shape"), "the shape of a head's mask", SIZES_HINT)
+    p.record(wrapper.attr("heads")[0].attr("dropout").attr("p"), "a head's dropout probability", SIZES_HINT)
+    p.record(wrapper.attr("heads")[heads - 1].attr("W_key").attr("bias"), "the last head's W_key.bias", SIZES_HINT)
+    p.record(mha, "the module after the call", "read mha's weights, do not write to them", kind="state")
+    checks = [returns_check(what, p)]
+
+    for reason, weight, out_bias in (
+            ("out_proj mixes the heads", inputs.randn(d_out, d_out, scale=0.5), torch.zeros(d_out)),
+            ("out_proj has a bias", block_diagonal_out_proj(inputs, d_out, heads), inputs.randn(d_out, scale=0.5))):
+        if heads == 1 and reason == "out_proj mixes the heads":
+            continue  # one head: any out_proj is one block
+        refused = dict(state, **{"out_proj.weight": weight, "out_proj.bias": out_bias})
+        p = Program()
+        p.call(G("split_to_wrapper"), stand_in_mha(p, d_in, d_out, context, dropout, bias, refused), heads)
+        checks.append(with_expect_hint(expect_value_error(
+            f"split_to_wrapper(mha, {heads}) for a module ({d_in} -> {d_out}) where {reason}", p, "out_proj"),
+            REFUSE_HINT))
+    return checks
+
+
+def with_expect_hint(check, hint):
+    judge = check.judge
+
+    def judged(got, want):
+        problem = judge(got, want)
+        return problem and problem.split("\n  likely mistake: ")[0] + f"\n  likely mistake: {hint}"
+
+    check.judge = judged
+    return check
+
+
+def split_to_wrapper(inputs):
+    checks = []
+    for d_in, d_out, context, heads, bias, dropout in [(6, 6, 3, 2, True, 0.0), (5, 12, 6, 3, False, 0.0),
+                                                       (4, 8, 5, 4, True, 0.25), (3, 5, 4, 1, False, 0.0),
+                                                       (7, 10, 7, 5, True, 0.1)]:
+        checks += split_to_wrapper_checks(inputs, d_in, d_out, context, heads, bias, dropout)
+    for d_out, heads in [(6, 4), (10, 3)]:
+        p = Program()
+        state = attention_state(inputs, 4, d_out, False)
+        p.call(G("split_to_wrapper"), stand_in_mha(p, 4, d_out, 5, 0.0, False, state), heads)
+        checks.append(expect_value_error(f"split_to_wrapper(mha, {heads}) for d_out={d_out}", p, "num_heads"))
+    return checks
+
+
 def gpt2_small_attention_params(inputs):
     return [call_check("gpt2_small_attention_params()", "gpt2_small_attention_params", atol=0, rtol=0,
                        hint="four 768 x 768 weights and four biases of 768 (GPT-2's query, key and value projection "
                             "has a bias; a mask is a buffer, not a parameter); return a Python int")]
 
+
+# Parts 4 and 5 ask for what the lesson did not work through: the conversion stated as a requirement, and its reverse
+TRANSFER = {"test_wrapper_to_split", "test_split_to_wrapper"}
 
 CELLS = {
     "test_split_heads": split_heads,
@@ -189,5 +281,6 @@ CELLS = {
     "test_multi_head_attention": multi_head_attention,
     "test_multi_head_attention_arguments": multi_head_attention_arguments,
     "test_wrapper_to_split": wrapper_to_split,
+    "test_split_to_wrapper": split_to_wrapper,
     "test_gpt2_small_attention_params": gpt2_small_attention_params,
 }

@@ -1,10 +1,12 @@
 """Judges of step 08: fused QKV projection, SDPA's mask convention, attention on SDPA."""
 
+import ast
+
 import torch
 
 from attention_course import data
-from attention_grader.judging import (G, Check, Expect, Program, compare, expect_value_error, raised_message,
-                                     require_call)
+from attention_grader.judging import (G, Check, Expect, Program, call_check, compare, default_judge,
+                                     expect_value_error, python_of, raised_message)
 from attention_grader.judges.common import (ANY_VALUES, CLASS, attention_state, built_like_check, dropout_check,
                                             first_raised, forward_check, linear_state, returns_check, tensor_of,
                                             with_hint, with_later_tokens_changed)
@@ -31,6 +33,24 @@ SDPA_HINTS = dict(
     again_hint="SDPA applies dropout_p even in eval mode: pass dropout_p=self.dropout_p if self.training else 0.0",
     causal_hint="the future leaks: pass is_causal=True, or a bool attn_mask that is True on and below the diagonal; "
                 + MASK_CONVENTION)
+
+
+def require_sdpa(what, grade_id, hint):
+    """judging.require_call for F.scaled_dot_product_attention, which also accepts the function imported under
+    another name (`from torch.nn.functional import scaled_dot_product_attention as sdpa`)."""
+    name = "scaled_dot_product_attention"
+
+    def rule(sources):
+        tree, _ = python_of(sources.get(grade_id, ""))
+        if tree is None:
+            return None  # the kernel reports it
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr == name or isinstance(node, ast.Name) and node.id == name
+                    or isinstance(node, ast.ImportFrom) and any(alias.name == name for alias in node.names)):
+                return None
+        return f"{what} never calls {name}\n  likely mistake: {hint}"
+
+    return Check(what, source_rule=rule)
 
 
 def fused_state(inputs, d_in, d_out, qkv_bias):
@@ -183,7 +203,7 @@ def sdpa_attention(inputs):
     changed = BATCH.clone()
     changed[:, 3:] += 1.0
     checks = [
-        require_call("MultiHeadAttentionSDPA", "sdpa_attention", "scaled_dot_product_attention",
+        require_sdpa("MultiHeadAttentionSDPA", "sdpa_attention",
                      "replace the scores, mask, softmax, dropout and weighted sum by one "
                      "F.scaled_dot_product_attention call"),
         forward_check("MultiHeadAttentionSDPA(3, 4, 6, 0.5, num_heads=2) in eval mode on the (2, 6, 3) batch", cls,
@@ -201,6 +221,78 @@ def sdpa_attention(inputs):
     return checks
 
 
+PAD_HINT = ("SDPA reads a bool attn_mask as True = may attend, the opposite of is_padding: the keys' mask is "
+            "~is_padding, shaped (b, 1, 1, T) so that it reaches every head and every query of its own sentence")
+PAD_CAUSAL_HINT = PAD_HINT + "; with causal=True it must also be False above the diagonal (both conditions at once)"
+SELF_HINT = ("a query that may see no key attends to itself alone: allow the diagonal in the rows of the mask that "
+             "have no True, so that its output is its own value (not nan, not zeros)")
+
+
+def padded_check(inputs, b, heads, t, hd, is_padding, causal, kind):
+    """padded_sdpa_attention on random heads; the judge tells rows of real queries from rows with no allowed key."""
+    q, k, v = (inputs.randn(b, heads, t, hd) for _ in range(3))
+    what = f"padded_sdpa_attention on random ({b}, {heads}, {t}, {hd}) heads, {kind}, causal={causal}"
+    check = call_check(what, "padded_sdpa_attention", q, k, v, is_padding, causal=causal, atol=1e-5, rtol=1e-5)
+    allowed = ~is_padding[:, None, :]
+    if causal:
+        allowed = allowed & torch.ones(t, t, dtype=torch.bool).tril()
+    empty = ~allowed.expand(b, t, t).any(dim=-1)  # (b, T): queries with no key they may attend to
+
+    def judge(got, want):
+        problem = default_judge(check, got, want)
+        if not problem or not got or "tensor" not in got[0] or got[0]["tensor"]["shape"] != want[0]["tensor"]["shape"]:
+            return problem
+        actual, expected = tensor_of(got[0]), tensor_of(want[0])
+        wrong = ((actual - expected).abs().nan_to_num(nan=float("inf")) > 1e-5 + 1e-5 * expected.abs()).any(dim=-1)
+        wrong = wrong.any(dim=1)  # (b, T): query rows that differ in some head
+        if (wrong & ~empty).any():
+            return with_hint(problem, PAD_CAUSAL_HINT if causal else PAD_HINT)
+        if (wrong & empty).any():
+            return with_hint(problem.replace("has the wrong values", "has the wrong values in rows with no allowed key"),
+                             SELF_HINT)
+        return problem
+
+    check.judge = judge
+    return check
+
+
+def padding_of(lengths, t, left):
+    """(b, T) bool, True at padding: sentence s has lengths[s] real tokens, at the end (left) or the start."""
+    positions = torch.arange(t)
+    return torch.stack([positions < t - n if left else positions >= n for n in lengths])
+
+
+def padded_sdpa_attention(inputs):
+    checks = [require_sdpa("padded_sdpa_attention", "padded_sdpa_attention",
+                           "one call of F.scaled_dot_product_attention with the attn_mask you build")]
+    for b, heads, t, hd, causal in [(2, 2, 5, 3, True), (3, 1, 6, 4, False), (1, 3, 4, 2, True),
+                                    (4, 2, 7, 5, False), (2, 4, 3, 8, True)]:
+        lengths = [t] + [inputs.randint(1, t + 1) for _ in range(b - 1)]
+        checks.append(padded_check(inputs, b, heads, t, hd, padding_of(lengths, t, left=False), causal,
+                                   "right padding"))
+    q = torch.zeros(2, 2, 5, 3)
+    for what, padding in (("is_padding of shape (2, 4)", torch.zeros(2, 4, dtype=torch.bool)),
+                          ("is_padding of shape (5, 2)", torch.zeros(5, 2, dtype=torch.bool)),
+                          ("a float is_padding", torch.zeros(2, 5))):
+        p = Program()
+        p.call(G("padded_sdpa_attention"), p.tensor(q), p.tensor(q), p.tensor(q), p.tensor(padding))
+        checks.append(expect_value_error(f"padded_sdpa_attention on (2, 2, 5, 3) heads with {what}", p, "is_padding"))
+    return checks
+
+
+def padded_sdpa_attention_left(inputs):
+    checks = [require_sdpa("padded_sdpa_attention", "padded_sdpa_attention",
+                           "one call of F.scaled_dot_product_attention with the attn_mask you build")]
+    for b, heads, t, hd in [(3, 2, 5, 3), (2, 1, 6, 4), (4, 3, 4, 2), (2, 2, 8, 5)]:
+        lengths = [inputs.randint(1, t), 0] + [inputs.randint(0, t + 1) for _ in range(b - 2)]
+        checks.append(padded_check(inputs, b, heads, t, hd, padding_of(lengths, t, left=True), True, "left padding"))
+    for b, heads, t, hd in [(3, 2, 4, 3), (2, 3, 6, 2)]:
+        lengths = [0] + [inputs.randint(1, t + 1) for _ in range(b - 1)]
+        checks.append(padded_check(inputs, b, heads, t, hd, padding_of(lengths, t, left=False), False,
+                                   "right padding with a sentence of padding only"))
+    return checks
+
+
 def combined_qkv_arguments(inputs):
     return argument_checks("MultiHeadAttentionCombinedQKV")
 
@@ -209,6 +301,9 @@ def sdpa_attention_arguments(inputs):
     return argument_checks("MultiHeadAttentionSDPA")
 
 
+# Part 5 applies the lesson's mask convention to what the lesson did not work through: padded batches, right and left
+TRANSFER = {"test_padded_sdpa_attention", "test_padded_sdpa_attention_left"}
+
 CELLS = {
     "test_combined_qkv": combined_qkv,
     "test_combined_qkv_arguments": combined_qkv_arguments,
@@ -216,4 +311,6 @@ CELLS = {
     "test_sdpa_causal_bool_mask": sdpa_causal_bool_mask,
     "test_sdpa_attention": sdpa_attention,
     "test_sdpa_attention_arguments": sdpa_attention_arguments,
+    "test_padded_sdpa_attention": padded_sdpa_attention,
+    "test_padded_sdpa_attention_left": padded_sdpa_attention_left,
 }

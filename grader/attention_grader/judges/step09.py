@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from attention_grader.judging import (G, Check, Inputs, Program, call_check, compare, expect_value_error,
+from attention_grader.judging import (G, Check, Expect, Inputs, Program, call_check, compare, expect_value_error,
                                       raised_message)
 from attention_grader.judges.common import (ANY_VALUES, attention_state, dropout_check, first_raised, random_chunks,
                                             tensor_of, with_hint)
@@ -244,9 +244,39 @@ def attention_with_cache(inputs):
                                 "MultiHeadAttentionWithCache", (4, 8, 6, 0.5, 2), attention_state(inputs, 4, 8, False),
                                 inputs.randn(3, 6, 4), inputs.seed(), "apply self.dropout to the attention weights, as "
                                 "in step 7"))
-    checks += [projections_check(inputs, [3, 1, 2]), projections_check(inputs, [1, 1, 4], d_in=3, d_out=4, b=1),
+    # kept keys first: a cache of inputs is told so, however it projects them again (self.W_key, F.linear, ...)
+    checks += [kept_keys_check(inputs, [2, 1, 2]), kept_keys_check(inputs, [1, 3], d_in=3, d_out=4, b=1),
+               projections_check(inputs, [3, 1, 2]), projections_check(inputs, [1, 1, 4], d_in=3, d_out=4, b=1),
                dropout_distribution_check(inputs.seed())]
     return checks
+
+
+KEPT_HINT = ("keep the keys and values themselves (what W_key and W_value computed), not the inputs: a cached call "
+             "projects only the new tokens, and a kept token's key and value are never computed again, so they stay "
+             "what the layers gave when the token came")
+
+
+def kept_keys_check(inputs, chunks, d_in=4, d_out=6, heads=2, b=2):
+    """Cached calls, then new weights loaded, then one more cached token: a KV cache keeps the kept tokens' keys and
+    values of the old weights, a cache that projects kept inputs again (however it calls the layers: self.W_key(...),
+    F.linear with W_key.weight, ...) gives them the new weights, and another output."""
+    context = sum(chunks) + 1
+    what = (f"MultiHeadAttentionWithCache({d_in}, {d_out}, {context}, 0.0, {heads}) fed chunks of {chunks} tokens "
+            "with use_cache=True, then given new weights (load_state_dict) and one more token")
+    x = inputs.randn(b, context, d_in)
+    p = Program()
+    module = p.call(G("MultiHeadAttentionWithCache"), d_in, d_out, context, 0.0, heads)
+    p.load(module, attention_state(inputs, d_in, d_out, False), hint=PARAMETERS)
+    p.call(module.attr("eval"))
+    first = 0
+    for size in chunks:
+        p.call(module, p.tensor(x[:, first:first + size]), use_cache=True)
+        first += size
+    p.load(module, attention_state(inputs, d_in, d_out, False), label="the new weights", hint=PARAMETERS)
+    p.record(p.call(module, p.tensor(x[:, first:first + 1]), use_cache=True),
+             "the output of the next token, whose query meets the keys kept under the old weights", KEPT_HINT,
+             atol=1e-5, rtol=1e-5)
+    return Check(what, p, mistakes=MASK_MISTAKES)
 
 
 def value_error_check(what, args, argument, x=None):
@@ -308,6 +338,161 @@ def attention_with_cache_arguments(inputs):
             overflow_check(4, [2, 1, 2])]
 
 
+RETURN_HINT = ("update returns everything stored so far, in order: the first `length` positions of keys and values, "
+               "after writing the new ones at positions length .. length + T_new - 1")
+FIT_HINT = "check that the new tokens fit before you write anything: a refused update must leave the cache as it was"
+IN_PLACE_HINT = ("allocate keys and values of max_len tokens once in __init__ and write new tokens into a slice of them "
+                 "(slice assignment writes in place); torch.cat or a new tensor allocates again")
+VIEW_HINT = "return slices of self.keys and self.values (views that share their memory), not copies (clone, cat)"
+
+
+def chunk_sequence_check(inputs, b, heads, max_len, head_dim, chunks, again):
+    """StaticKVCache fed `chunks`, then reset and fed `again`: what each update returns, and `length`."""
+    what = f"StaticKVCache({b}, {heads}, {max_len}, {head_dim}) fed chunks of {chunks}, then reset() and {again}"
+    p = Program()
+    cache = p.call(G("StaticKVCache"), b, heads, max_len, head_dim)
+    p.record(cache.attr("length"), "a new cache's length", "length counts the tokens stored: 0 at the start")
+    for sequence in (chunks, again):
+        keys, values = inputs.randn(b, heads, sum(sequence), head_dim), inputs.randn(b, heads, sum(sequence), head_dim)
+        start = 0
+        for size in sequence:
+            returned = p.call(cache.attr("update"), p.tensor(keys[:, :, start:start + size]),
+                              p.tensor(values[:, :, start:start + size]))
+            start += size
+            p.record(returned, f"what update returns after {start} tokens", RETURN_HINT)
+            p.record(cache.attr("length"), f"length after {start} tokens", "length counts the tokens stored")
+        p.call(cache.attr("reset"))
+    return Check(what, p)
+
+
+def refused_update_check(inputs, b, heads, max_len, head_dim, kept, extra):
+    """An update that does not fit raises ValueError naming max_len and changes nothing: one that fits runs next."""
+    what = f"StaticKVCache({b}, {heads}, {max_len}, {head_dim}) with {kept} tokens stored, updated with {extra} more"
+    p = Program()
+    cache = p.call(G("StaticKVCache"), b, heads, max_len, head_dim)
+    p.call(cache.attr("update"), p.tensor(inputs.randn(b, heads, kept, head_dim)),
+           p.tensor(inputs.randn(b, heads, kept, head_dim)))
+    p.call(cache.attr("update"), p.tensor(inputs.randn(b, heads, extra, head_dim)),
+           p.tensor(inputs.randn(b, heads, extra, head_dim)), catch=True)
+    p.record(cache.attr("length"), "length after the refused update", FIT_HINT)
+    p.record(p.call(cache.attr("update"), p.tensor(inputs.randn(b, heads, 1, head_dim)),
+                    p.tensor(inputs.randn(b, heads, 1, head_dim))), "what one more token's update returns", FIT_HINT)
+    raises = expect_value_error(what, p, "max_len").judge
+
+    def judge(got, want):
+        if got and "raised" in got[0]:
+            return raised_message(f"{what}: the update that fits", got[0])
+        caught = got[0].get("caught", False) if got and isinstance(got[0], dict) else False
+        if caught is False:
+            return f"{what}: what the update raised was not recorded"
+        problem = raises([caught] if caught else [], want)
+        if problem:
+            return problem
+        for index, label in ((1, "length after the refused update"), (2, "what one more token's update returns")):
+            if len(got) <= index:
+                return f"{what}: stopped before {label}"
+            if "raised" in got[index]:
+                return raised_message(f"{what}: {label}", got[index], FIT_HINT)
+            problem = compare(got[index], want[index], f"{what}: {label}", Expect(label))
+            if problem:
+                return with_hint(problem, FIT_HINT)
+        return None
+
+    return Check(what, p, judge=judge)
+
+
+def bad_shape_check(b, heads, max_len, head_dim, key_shape, value_shape, why):
+    p = Program()
+    cache = p.call(G("StaticKVCache"), b, heads, max_len, head_dim)
+    p.call(cache.attr("update"), p.tensor(torch.zeros(key_shape)), p.tensor(torch.zeros(value_shape)))
+    return expect_value_error(f"StaticKVCache({b}, {heads}, {max_len}, {head_dim}).update with {why}", p, "new_keys")
+
+
+def static_kv_cache(inputs):
+    checks = [chunk_sequence_check(inputs, 2, 3, 7, 4, [3, 1, 2, 1], [2, 2])]
+    for b, heads, max_len, head_dim in [(1, 2, 9, 3), (3, 1, 6, 5), (2, 4, 12, 2), (1, 1, 5, 8)]:
+        chunks = random_chunks(inputs, inputs.randint(max_len // 2, max_len + 1))
+        again = random_chunks(inputs, inputs.randint(1, max_len + 1))
+        checks.append(chunk_sequence_check(inputs, b, heads, max_len, head_dim, chunks, again))
+    full = [1] * 5
+    checks.append(chunk_sequence_check(inputs, 1, 2, 5, 3, full, [5]))  # filling max_len exactly is allowed
+    checks.append(refused_update_check(inputs, 2, 3, 7, 4, 5, 3))
+    checks.append(refused_update_check(inputs, 1, 2, 6, 3, 3, 4))
+    checks.append(refused_update_check(inputs, 3, 1, 4, 2, 2, 3))
+    checks.append(bad_shape_check(2, 3, 7, 4, (2, 2, 1, 4), (2, 2, 1, 4), "keys and values of 2 heads in a cache of 3"))
+    checks.append(bad_shape_check(2, 3, 7, 4, (2, 3, 1, 5), (2, 3, 1, 5), "a head_dim of 5 in a cache of 4"))
+    checks.append(bad_shape_check(2, 3, 7, 4, (1, 3, 1, 4), (1, 3, 1, 4), "a batch of 1 in a cache of 2"))
+    checks.append(bad_shape_check(2, 3, 7, 4, (2, 3, 2, 4), (2, 3, 1, 4), "2 new keys and 1 new value"))
+    return checks
+
+
+def memory_check(inputs, b, heads, max_len, head_dim, chunks):
+    """The addresses of keys and values never change, and update returns views of them."""
+    what = f"StaticKVCache({b}, {heads}, {max_len}, {head_dim}) fed chunks of {chunks}, reset() and one more chunk"
+    p = Program()
+    cache = p.call(G("StaticKVCache"), b, heads, max_len, head_dim)
+    p.record(cache.attr("keys").attr("shape"), "the shape of cache.keys", IN_PLACE_HINT)
+    p.record(cache.attr("values").attr("shape"), "the shape of cache.values", IN_PLACE_HINT)
+
+    def addresses(label):
+        for name in ("keys", "values"):
+            p.record(p.call(cache.attr(name).attr("data_ptr")), f"{label}: the address of cache.{name}")
+
+    addresses("a new cache")
+    labels = []
+    for index, size in enumerate(chunks + [1]):
+        if index == len(chunks):
+            p.call(cache.attr("reset"))
+        returned = p.call(cache.attr("update"), p.tensor(inputs.randn(b, heads, size, head_dim)),
+                          p.tensor(inputs.randn(b, heads, size, head_dim)))
+        label = f"update number {index + 1}" + (" (after reset)" if index == len(chunks) else "")
+        labels.append(label)
+        addresses(label)
+        for position, name in enumerate(("keys", "values")):
+            p.record(p.call(p.call(returned[position].attr("untyped_storage")).attr("data_ptr")),
+                     f"{label}: the memory of the returned {name}")
+            p.record(p.call(p.call(cache.attr(name).attr("untyped_storage")).attr("data_ptr")),
+                     f"{label}: the memory of cache.{name}")
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1])
+        for index in (0, 1):
+            problem = compare(got[index], want[index], f"{what}: {('the shape of cache.keys', 'the shape of cache.values')[index]}",
+                              Expect(""))
+            if problem:
+                return with_hint(problem, IN_PLACE_HINT)
+        first = got[2:4]
+        position = 4
+        for label in labels:
+            if got[position:position + 2] != first:
+                return with_hint(f"{what}: after {label}, cache.keys or cache.values is another tensor",
+                                 IN_PLACE_HINT)
+            returned_keys, cache_keys, returned_values, cache_values = got[position + 2:position + 6]
+            if returned_keys != cache_keys or returned_values != cache_values:
+                return with_hint(f"{what}: the keys or values returned by {label} are not views of cache.keys and "
+                                 "cache.values", VIEW_HINT)
+            position += 6
+        return None
+
+    return Check(what, p, judge=judge)
+
+
+def static_kv_cache_memory(inputs):
+    checks = [memory_check(inputs, 1, 2, 6, 3, [1, 1, 1, 1])]
+    for b, heads, max_len, head_dim in [(2, 3, 8, 4), (3, 1, 5, 2), (1, 4, 10, 6)]:
+        chunks = random_chunks(inputs, inputs.randint(2, max_len))
+        checks.append(memory_check(inputs, b, heads, max_len, head_dim, chunks))
+    p = Program()
+    cache = p.call(G("StaticKVCache"), 2, 2, 4, 3, dtype=torch.float64)
+    for name in ("keys", "values"):
+        p.record(p.call(cache.attr(name).attr("element_size")), f"bytes per number of cache.{name}",
+                 "allocate keys and values with the dtype (and device) given to __init__")
+    checks.append(Check("StaticKVCache(2, 2, 4, 3, dtype=torch.float64)", p))
+    return checks
+
+
 def right_masks():
     """Part 1's masks for every size the checks and the visible tests use: in Parts 2 and 3 a student's own
     causal_mask_with_offset answers with these, so that a mistake of Part 1 costs Part 1's points only."""
@@ -318,9 +503,14 @@ def right_masks():
 STAND_INS = {"test_cached_attention": right_masks, "test_attention_with_cache": right_masks,
              "test_attention_with_cache_arguments": right_masks}
 
+# Part 4 asks for a cache the lesson did not build: preallocated, written in place, returning views
+TRANSFER = {"test_static_kv_cache", "test_static_kv_cache_memory"}
+
 CELLS = {
     "test_causal_mask_with_offset": causal_mask_with_offset,
     "test_cached_attention": cached_attention,
     "test_attention_with_cache": attention_with_cache,
     "test_attention_with_cache_arguments": attention_with_cache_arguments,
+    "test_static_kv_cache": static_kv_cache,
+    "test_static_kv_cache_memory": static_kv_cache_memory,
 }
