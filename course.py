@@ -4,6 +4,7 @@
     python3 course.py start      JupyterLab on the course home (HOME.md): lessons and your work/ only
     python3 course.py start --instructor        everything, with formgrader
     python3 course.py test       the whole test suite (what CI runs)
+    python3 course.py check [STEP ...]          a learner alone: grade your work/ with the hidden checks (--help)
     python3 course.py grade      autograde every submission, with feedback, a summary and grades.csv (--help)
     python3 course.py build      regenerate release/ and solutions/ from source/ (--lessons: re-execute notebooks/ too)
     python3 course.py build STEP ...            only these steps (and, with --lessons, only their lessons)
@@ -142,7 +143,7 @@ def copy_release_to_work():
 
 def main(argv):
     command = argv[0] if argv else "help"
-    if command not in ("start", "test", "build", "grade", "hub"):
+    if command not in ("start", "test", "build", "grade", "check", "hub"):
         print(__doc__)
         return 0 if command in ("help", "-h", "--help") else 2
     if Path(sys.prefix).resolve() != VENV.resolve():
@@ -153,6 +154,8 @@ def main(argv):
     os.environ["PATH"] = str(VENV / "bin") + os.pathsep + os.environ.get("PATH", "")
     if command == "start":
         copy_release_to_work()
+        from attention_grader.selfcheck import write_progress
+        write_progress(ROOT)
         # nbgrader's release/collect need the exchange folder (nbgrader_config.py points into the course).
         (ROOT / "exchange").mkdir(exist_ok=True)
         instructor = "--instructor" in argv[1:]
@@ -176,6 +179,9 @@ def main(argv):
     if command == "grade":
         from attention_grader.grading import main as grade
         return grade(argv[1:])
+    if command == "check":
+        from attention_grader.selfcheck import main as check
+        return check(argv[1:], ROOT)
     if command == "hub":
         sys.path.insert(0, str(ROOT / "hub"))
         from classhub import main as hub

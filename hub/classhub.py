@@ -7,7 +7,8 @@
                      grader the instructor's course's, which only the instructor can read
       public/        what every account reads: the student package, the lessons, the course home, Jupyter settings
       exchange/      nbgrader's exchange, 1777 as /tmp: anyone may write in it, nobody may remove what is not theirs
-      course/        the instructor's home and the course (0700): source/, solutions/, grader/, gradebook, secret
+      course/        the instructor's home and the course (0700): source/, solutions/, grader/, gradebook, secret;
+                     safe_exchange.py, the collect its nbgrader_config.py names (hub/safe_exchange.py)
       hub/           JupyterHub's own files (0700): its database, cookie secret, the class (class.json), the proxy's pid
       passwords      "name password" per line (0600): written for new accounts, applied at every start; edit it to
                      change a password
@@ -166,6 +167,26 @@ def make_course(where, instructor):
     course.chmod(0o700)
 
 
+COLLECT = """
+# course.py hub: collect takes a submission only from the account that owns it, and only its plain files
+# (safe_exchange.py, copied from the clone's hub/ at every start; docs/hub.md)
+import sys  # noqa: E402
+if c.CourseDirectory.root not in sys.path:
+    sys.path.append(c.CourseDirectory.root)
+c.ExchangeFactory.collect = "safe_exchange.SafeCollect"
+"""
+
+
+def install_collect(where, instructor):
+    """The course's collect (hub/safe_exchange.py), written as the instructor: root writes nothing in their home."""
+    course = where["course"]
+    as_instructor = ["runuser", "-u", instructor, "--", "tee"]
+    run(*as_instructor, str(course / "safe_exchange.py"), input=(HUB / "safe_exchange.py").read_bytes(),
+        stdout=subprocess.DEVNULL)
+    if COLLECT not in (course / "nbgrader_config.py").read_text():
+        run(*as_instructor, "-a", str(course / "nbgrader_config.py"), input=COLLECT.encode(), stdout=subprocess.DEVNULL)
+
+
 def make_homes(args, where):
     """Each student's home (0700): the course home and the lessons, copied once; work/ for fetched exercises."""
     for name, role in accounts(args).items():
@@ -227,6 +248,7 @@ def setup(args):
     copy_public(where)
     link_environment(where["env"])
     make_course(where, instructor)
+    install_collect(where, instructor)
     make_homes(args, where)
     where["exchange"].mkdir(exist_ok=True)
     where["exchange"].chmod(0o1777)

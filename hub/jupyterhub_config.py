@@ -34,6 +34,9 @@ def config_path(spawner):
     return os.pathsep.join(views + [f"{ROOT}/public/server", f"{ROOT}/public/jupyter_config"])
 
 
-c.Spawner.environment = {"PATH": f"{ROOT}/env/bin:/usr/local/bin:/usr/bin:/bin", "JUPYTER_CONFIG_PATH": config_path}
+c.Spawner.environment = {"PATH": f"{ROOT}/env/bin:/usr/local/bin:/usr/bin:/bin", "JUPYTER_CONFIG_PATH": config_path,
+                         # hub/server/: the instructor's JupyterLab shows formgrader in a frame
+                         "COURSE_HUB_ROLE": lambda spawner: "instructor" if spawner.user.name == CLASS["instructor"]
+                         else "student"}
 # A busy machine: importing torch in the first kernels of a class takes a while.
 c.Spawner.start_timeout = c.Spawner.http_timeout = 120

@@ -27,6 +27,9 @@ STEP = "01_dot_product_scores"
 CORRECT = {
     "def attention_scores_for_query": "def attention_scores_for_query(inputs, query):\n    return inputs @ query\n",
     "def attention_scores(inputs)": "def attention_scores(inputs):\n    return inputs @ inputs.transpose(-2, -1)\n",
+    "def cross_attention_scores": "def cross_attention_scores(queries, keys):\n    if keys.shape[-1] != queries.shape[-1]:\n"
+                                  "        raise ValueError('keys: last dimension differs')\n"
+                                  "    return queries @ keys.transpose(-2, -1)\n",
 }
 # A submission that tries to run script in the instructor's browser: in markdown, in an HTML output, in an SVG.
 HOSTILE = {"reading_the_scores": HOSTILE_MARKDOWN,

@@ -11,9 +11,11 @@ account (`runuser`), with the class's Python, as code in the student's kernel or
 Needs root (it creates Unix accounts; CI runs it as root) and skips without it, with one loud line. Screenshots go to
 artifacts/hub/.
 """
+import datetime
 import json
 import os
 import pwd
+import re
 import shutil
 import socket
 import subprocess
@@ -229,6 +231,13 @@ def test_a_class_releases_fetches_submits_grades_and_returns_feedback(browser, h
     shot(teacher, "instructor-home")
     server = [command for command in processes_of(pwd.getpwnam(INSTRUCTOR).pw_uid).values() if "singleuser" in command]
     assert server, "the instructor's server does not run as the instructor's account"
+    # Nbgrader > Formgrader opens formgrader in a frame of JupyterLab (allowed for the hub's own origin only).
+    teacher.locator(".lm-MenuBar-itemLabel", has_text="Nbgrader").click()
+    teacher.locator(".lm-Menu-itemLabel", has_text=re.compile("^Formgrader$")).click()  # not "(local)"
+    expect(teacher.frame_locator("iframe").first.locator("body")).to_contain_text("Manage Assignments")
+    shot(teacher, "instructor-formgrader-menu")
+    said = teacher.request.get(f"{hub['url']}/user/{INSTRUCTOR}/formgrader").headers["content-security-policy"]
+    assert said == "frame-ancestors 'self'", said
     formgrader(teacher, hub, "assign", f"Successfully created the student version of '{STEP}'")
     formgrader(teacher, hub, "release", f"Successfully released '{STEP}'")
 
@@ -240,6 +249,8 @@ def test_a_class_releases_fetches_submits_grades_and_returns_feedback(browser, h
         names = page.locator(".jp-DirListing-content .jp-DirListing-itemText")
         expect(names).to_have_text(["notebooks", "work", "HOME.md"])  # no answer key, source or grader to list
         assert page.request.get(f"{hub['url']}/user/{name}/formgrader").status == 404  # no instructor tools
+        said = page.request.get(f"{hub['url']}/user/{name}/lab").headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in said, said  # JupyterHub's default: a student's server is never framed
         listing = assignment_list(page)
         listing.locator("#released_assignments_list .list_item", has_text=STEP).get_by_role("button", name="Fetch") \
             .click()
@@ -326,3 +337,93 @@ def test_grading_without_the_sandbox_is_refused_with_what_to_do(hub):
                          cwd=hub["root"] / "course", capture_output=True, text=True, timeout=300)
     said = run.stdout + run.stderr
     assert run.returncode != 0 and "bubblewrap (bwrap) is missing or does not work here" in said, said
+
+
+def test_a_student_cannot_submit_for_a_classmate_nor_collect_the_answer_key(browser, hub):
+    """Issue 33: inbound/ is writable by every account, and nbgrader's own collect trusts a folder's name and follows
+    links as the instructor. student1, as their Unix account, puts in inbound/: a folder named for student2 (dated 2099,
+    the untouched release, a secret of its own); one of its own name dated 2099 holding a link to the answer key; one
+    of now holding links to the answer key and the instructor's secret, a hard link to that secret and a fifo; a link
+    named as a submission to the source folder. The instructor collects in formgrader, then with `nbgrader collect`,
+    grades and releases the feedback: student2's own submission is graded and its feedback filed under student2's own
+    secret; no file of the instructor's reaches student1; every refusal is in collect's log."""
+    attacker, victim = STUDENTS
+    course, exchange = hub["root"] / "course", hub["root"] / "exchange" / "attention-step-by-step"
+    inbound, key = exchange / "inbound", course / "source" / STEP / f"{STEP}.ipynb"
+    stamp = lambda seconds: (datetime.datetime.now(datetime.timezone.utc)  # noqa: E731  (nbgrader's format)
+                             + datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+    future = "2099-01-01 00:00:00.000000 UTC"
+    forged, later = f"{victim}+{STEP}+{future}+forged", f"{attacker}+{STEP}+{future}+later"
+    links, folder = f"{attacker}+{STEP}+{stamp(-20)}+links", f"{attacker}+{STEP}+{stamp(-10)}+folder"
+    said = as_user(hub, attacker, f"""import os, shutil
+os.chdir({str(inbound)!r})
+for name in {[forged, later, links]!r}:
+    os.mkdir(name)
+    open(name + '/timestamp.txt', 'w').write(name.split('+')[2])
+    open(name + '/submission_secret.txt', 'w').write('forged' if name == {forged!r} else 'own')
+shutil.copy({str(exchange / 'outbound' / STEP / f'{STEP}.ipynb')!r}, {forged!r})
+os.symlink({str(key)!r}, {later!r} + '/{STEP}.ipynb')
+os.symlink({str(key)!r}, {links!r} + '/{STEP}.ipynb')
+os.symlink({str(course / '.grading_secret')!r}, {links!r} + '/secret')
+os.mkfifo({links!r} + '/fifo')
+os.symlink({str(key.parent)!r}, {folder!r})
+print('ready')""")
+    assert said.strip() == "ready", said
+    # A hard link to a file the student does not own: made by root here, as a student can where fs.protected_hardlinks
+    # is 0 (or for any file they may write).
+    os.link(course / ".grading_secret", inbound / links / "linked")
+    problems = []
+
+    # Collect in formgrader: the log in its dialog names every refusal.
+    teacher = log_in(browser, hub, INSTRUCTOR)
+    teacher.goto(f"{hub['url']}/user/{INSTRUCTOR}/formgrader/manage_assignments")
+    teacher.locator("tr", has_text=STEP).locator("td.collect a").click()
+    expect(teacher.locator(".modal-body")).to_contain_text(f"Successfully collected submissions of '{STEP}'")
+    teacher.wait_for_timeout(1000)  # the dialog fades in
+    shot(teacher, "instructor-collect-refusals")
+    log = teacher.locator(".modal-body").inner_text()
+    teacher.context.close()
+    refusals = {forged: f"named for {victim} but owned by {attacker}", later: "is from the future",
+                folder: "not a folder", f"{links}/{STEP}.ipynb": "a symbolic link",
+                f"{links}/secret": "a symbolic link",
+                f"{links}/fifo": "not a plain file", f"{links}/linked": f"owned by {INSTRUCTOR}, not by the student"}
+    problems += [f"formgrader's collect log does not say {what}: {why}" for what, why in refusals.items()
+                 if not any(what in line and why in line for line in log.splitlines())]
+    # `nbgrader collect` in the instructor's terminal: the same refusals; nothing newer to collect.
+    env = ["env", f"PATH={hub['root'] / 'env' / 'bin'}:/usr/bin:/bin"]
+    run = subprocess.run(["runuser", "-u", INSTRUCTOR, "--", *env, "nbgrader", "collect", "--update", STEP],
+                         cwd=course, capture_output=True, text=True, timeout=300)
+    problems += [f"nbgrader collect does not refuse {what}" for what in (forged, later, folder)
+                 if not any("Not collected" in line and what in line for line in run.stderr.splitlines())]
+
+    submitted = course / "submitted"
+    if (submitted / victim / STEP / "submission_secret.txt").read_text() == "forged":
+        problems.append(f"the folder {attacker} made was collected as {victim}'s")
+    files = {path.name: path for path in (submitted / attacker / STEP).iterdir()}
+    if set(files) != {"timestamp.txt", "submission_secret.txt"}:
+        problems.append(f"collected for {attacker}: {sorted(files)}, not only their own plain files")
+    if any(path.is_file() and b"BEGIN HIDDEN TESTS" in path.read_bytes() for path in files.values()):
+        problems.append("the answer key was collected")
+
+    # Grading and feedback: student2's own submission, graded as before; its feedback under student2's own secret.
+    graded = subprocess.run(["runuser", "-u", INSTRUCTOR, "--", *env, "python3", "course.py", "grade", STEP,
+                             "--workers", "1"], cwd=course, capture_output=True, text=True, timeout=400)
+    full = sum(harness.autograded_cells(STEP).values())
+    lost = harness.autograded_cells(STEP)[f"test_{WRONG_PART}"]
+    scores = {name: sum(harness.cell_scores(course, STEP, name).values()) for name in STUDENTS}
+    if scores != {attacker: 0, victim: full - lost}:
+        problems.append(f"scores {scores}, not {{{attacker!r}: 0 (nothing of theirs to grade), {victim!r}: "
+                        f"{full - lost}}}:\n{graded.stdout[-2000:]}{graded.stderr[-2000:]}")
+    for old in (exchange / "feedback").glob("*.html"):  # what the class test released: only this release counts
+        old.unlink()
+    released = subprocess.run(["runuser", "-u", INSTRUCTOR, "--", *env, "nbgrader", "release_feedback", STEP],
+                              cwd=course, capture_output=True, text=True, timeout=300)
+    cache = Path(pwd.getpwnam(victim).pw_dir) / ".local/share/jupyter/nbgrader_cache/attention-step-by-step"
+    secret = next(cache.glob(f"{victim}+{STEP}+*/submission_secret.txt")).read_text()
+    from nbgrader.utils import notebook_hash
+    feedback = exchange / "feedback" / f"{notebook_hash(secret=secret, notebook_id=STEP)}.html"
+    if not feedback.exists() or f"Score: {full - lost:.1f} / {full + 1:.1f}" not in feedback.read_text():
+        problems.append(f"no feedback for {victim}'s own submission with their score: {released.stderr[-2000:]}")
+    if (exchange / "feedback" / f"{notebook_hash(secret='forged', notebook_id=STEP)}.html").exists():
+        problems.append(f"{victim}'s feedback was released under the secret {attacker} forged")
+    assert not problems, "\n".join(problems)

@@ -4,28 +4,54 @@
 CHEATS_RIDE_ON = "elementwise_without_sum"
 
 VARIANTS = {
+    # ---------------------------------------------------------------- correct
     "einsum": {
         "kind": "correct",
         "cells": {
             "attention_scores_for_query":
                 "def attention_scores_for_query(inputs, query):\n"
-                "    return torch.einsum('td,d->t', inputs, query)\n",
+                "    return torch.einsum('...td,...d->...t', inputs, query)\n",
             "attention_scores":
                 "def attention_scores(inputs):\n"
                 "    return torch.einsum('...id,...jd->...ij', inputs, inputs)\n",
+            "cross_attention_scores":
+                "def cross_attention_scores(queries, keys):\n"
+                "    if queries.shape[-1] != keys.shape[-1]:\n"
+                "        raise ValueError(f'keys must have {queries.shape[-1]} features, not {keys.shape[-1]}')\n"
+                "    return torch.einsum('...qd,...kd->...qk', queries, keys)\n",
         },
     },
-    "loops_and_matmul": {
+    "broadcast_products_and_matmul": {
         "kind": "correct",
         "cells": {
             "attention_scores_for_query":
                 "def attention_scores_for_query(inputs, query):\n"
-                "    return torch.stack([torch.dot(x_i, query) for x_i in inputs])\n",
+                "    return (inputs * query[..., None, :]).sum(dim=-1)\n",
             "attention_scores":
                 "def attention_scores(inputs):\n"
                 "    return torch.matmul(inputs, inputs.mT)\n",
+            "cross_attention_scores":
+                "def cross_attention_scores(queries, keys):\n"
+                "    d = queries.size(-1)\n"
+                "    if keys.size(-1) != d:\n"
+                "        raise ValueError('queries and keys differ in their last dimension: keys ' + str(tuple(keys.shape)))\n"
+                "    return torch.matmul(queries, torch.transpose(keys, -1, -2))\n",
         },
     },
+    "sum_over_broadcast_products": {
+        "kind": "correct",
+        "cells": {
+            "attention_scores_for_query":
+                "def attention_scores_for_query(inputs, query):\n"
+                "    return torch.matmul(inputs, query.unsqueeze(-1))[..., 0]\n",
+            "cross_attention_scores":
+                "def cross_attention_scores(queries, keys):\n"
+                "    if keys.shape[-1] != queries.shape[-1]:\n"
+                "        raise ValueError(f'keys.shape[-1]={keys.shape[-1]} != queries.shape[-1]={queries.shape[-1]}')\n"
+                "    return (queries.unsqueeze(-2) * keys.unsqueeze(-3)).sum(-1)\n",
+        },
+    },
+    # ---------------------------------------------------------------- mistakes: Part 1
     "elementwise_without_sum": {
         "kind": "mistake",
         "cells": {"attention_scores_for_query":
@@ -36,17 +62,72 @@ VARIANTS = {
         "kind": "mistake",
         "cells": {"attention_scores_for_query":
                   "def attention_scores_for_query(inputs, query):\n    return inputs @ inputs[1]\n"},
-        "fails": {"test_attention_scores_for_query": "wrong values"},
+        "fails": {"test_attention_scores_for_query": "raised"},
     },
+    "lesson_line_on_batches": {
+        "kind": "mistake",
+        "cells": {"attention_scores_for_query":
+                  "def attention_scores_for_query(inputs, query):\n    return inputs @ query\n"},
+        "fails": {"test_attention_scores_for_query": "stack of queries"},
+    },
+    "every_sentence_against_every_query": {
+        "kind": "mistake",
+        "cells": {"attention_scores_for_query":
+                  "def attention_scores_for_query(inputs, query):\n"
+                  "    if query.dim() == 1:\n"
+                  "        return inputs @ query\n"
+                  "    return inputs @ query.transpose(-2, -1)\n"},
+        "fails": {"test_attention_scores_for_query": "every sentence against every query"},
+    },
+    # ---------------------------------------------------------------- mistakes: Parts 2 and 3
     "transpose_first": {
         "kind": "mistake",
         "cells": {"attention_scores":
                   "def attention_scores(inputs):\n    return inputs.transpose(-2, -1) @ inputs\n"},
-        "fails": {"test_attention_scores_single": "(d, d)", "test_attention_scores_batched": "transpose"},
+        "fails": {"test_attention_scores_single": "(d, d)", "test_attention_scores_batched": "(d, d)"},
     },
     "dot_T_on_batches": {
         "kind": "mistake",
         "cells": {"attention_scores": "def attention_scores(inputs):\n    return inputs @ inputs.T\n"},
         "fails": {"test_attention_scores_batched": "reverses all three dimensions"},
+    },
+    # ---------------------------------------------------------------- mistakes: Part 5
+    "cross_keys_as_rows": {
+        "kind": "mistake",
+        "cells": {"cross_attention_scores":
+                  "def cross_attention_scores(queries, keys):\n"
+                  "    if keys.shape[-1] != queries.shape[-1]:\n"
+                  "        raise ValueError('keys do not match the queries')\n"
+                  "    return keys @ queries.transpose(-2, -1)\n"},
+        "fails": {"test_cross_attention_scores": "one row per query",
+                  "test_cross_attention_scores_broadcast": "(b, H, T_q, T_k)"},
+    },
+    "cross_dot_T": {
+        "kind": "mistake",
+        "cells": {"cross_attention_scores":
+                  "def cross_attention_scores(queries, keys):\n"
+                  "    if keys.shape[-1] != queries.shape[-1]:\n"
+                  "        raise ValueError('keys do not match the queries')\n"
+                  "    return queries @ keys.T\n"},
+        "fails": {"test_cross_attention_scores": "last two", "test_cross_attention_scores_broadcast": "broadcast"},
+    },
+    "cross_flattened_batch": {
+        "kind": "mistake",
+        "cells": {"cross_attention_scores":
+                  "def cross_attention_scores(queries, keys):\n"
+                  "    if keys.shape[-1] != queries.shape[-1]:\n"
+                  "        raise ValueError('keys do not match the queries')\n"
+                  "    *lead, t_q, d = queries.shape\n"
+                  "    t_k = keys.shape[-2]\n"
+                  "    q, k = queries.reshape(-1, t_q, d), keys.reshape(-1, t_k, d)\n"
+                  "    return torch.bmm(q, k.transpose(1, 2)).reshape(*lead, t_q, t_k)\n"},
+        "fails": {"test_cross_attention_scores_broadcast": "broadcast"},
+    },
+    "cross_without_value_error": {
+        "kind": "mistake",
+        "cells": {"cross_attention_scores":
+                  "def cross_attention_scores(queries, keys):\n"
+                  "    return queries @ keys.transpose(-2, -1)\n"},
+        "fails": {"test_cross_attention_scores_broadcast": "ValueError"},
     },
 }

@@ -5,6 +5,15 @@ from bank import edit as _edit
 # The cheats of tests/bank/integrity.py ride on a mistake that returns wrong values (and fails a visible test).
 CHEATS_RIDE_ON = "scaling_forgotten"
 
+# Lines of the answer key carried over from step 03 (its SelfAttention_v2 and scaled_dot_product_attention).
+SHARED_LINES = [
+    "self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)",
+    "self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)",
+    "self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)",
+    "attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)",
+    "return attn_weights @ values",
+]
+
 
 
 
@@ -219,7 +228,7 @@ VARIANTS = {
         },
         # only Part 1 loses its points: in the later parts' test cells the judges' stand-in (STAND_INS) answers
         # the calls of causal_mask, so the answer key's parts built on it keep theirs
-        "fails": {"test_causal_mask": "torch.tril blocks the past"},
+        "fails": {"test_causal_mask": "True below the diagonal blocks the past"},
     },
     "module_mask_tril_as_hide_mask": {
         "kind": "mistake",
@@ -401,5 +410,124 @@ VARIANTS.update({
         },
         "fails": {"test_renormalized_causal_weights": "", "test_causal_attention_weights": "",
                   "test_two_ways_agree": "way 1"},
+    },
+})
+
+
+# Parts 5 and 6 (transfer): the packed mask and the sliding window.
+_PACKED = '''def packed_causal_mask(document_ids):
+    if not isinstance(document_ids, torch.Tensor) or document_ids.dim() == 0 or document_ids.is_floating_point():
+        raise ValueError("document_ids must be an integer tensor of shape (..., T)")
+    positions = torch.arange(document_ids.shape[-1])
+    later_key = positions[None, :] > positions[:, None]
+    other_document = document_ids.unsqueeze(-1) != document_ids.unsqueeze(-2)
+    return later_key | other_document
+'''
+_WINDOW = '''def sliding_window_causal_mask(num_tokens, window):
+    if window < 1:
+        raise ValueError(f"window must be at least 1, got window={window}")
+    positions = torch.arange(num_tokens)
+    distance = positions[:, None] - positions[None, :]
+    return (distance < 0) | (distance >= window)
+'''
+VARIANTS.update({
+    "packed_same_document_and_tril": {
+        # the allowed pairs built first (same document AND not in the future), then inverted
+        "kind": "correct",
+        "cells": {
+            "packed_causal_mask":
+                "def packed_causal_mask(document_ids):\n"
+                "    if not torch.is_tensor(document_ids) or document_ids.ndim < 1 or torch.is_floating_point(document_ids):\n"
+                "        raise ValueError(f'document_ids must hold integers, got {document_ids!r}')\n"
+                "    T = document_ids.shape[-1]\n"
+                "    same = document_ids[..., :, None] == document_ids[..., None, :]\n"
+                "    return ~(same & torch.tril(torch.ones(T, T, dtype=torch.bool)))\n",
+        },
+    },
+    "packed_segments_from_boundaries": {
+        # documents numbered by counting the boundaries (cumsum), and Part 1's causal_mask reused
+        "kind": "correct",
+        "cells": {
+            "packed_causal_mask":
+                "def packed_causal_mask(document_ids):\n"
+                "    if not isinstance(document_ids, torch.Tensor) or document_ids.dim() < 1 \\\n"
+                "            or document_ids.dtype.is_floating_point:\n"
+                "        raise ValueError('document_ids: expected an integer tensor (..., T)')\n"
+                "    starts = torch.ones(document_ids.shape, dtype=torch.long)\n"
+                "    starts[..., 1:] = (document_ids[..., 1:] != document_ids[..., :-1]).long()\n"
+                "    segment = starts.cumsum(dim=-1)\n"
+                "    return causal_mask(document_ids.shape[-1]) | (segment.unsqueeze(-1) != segment.unsqueeze(-2))\n",
+        },
+    },
+    "packed_documents_only": {
+        "kind": "mistake",
+        "cells": {"packed_causal_mask": _edit(_PACKED, ("return later_key | other_document", "return other_document"))},
+        "fails": {"test_packed_causal_mask": "OR belongs to another document"},
+    },
+    "packed_and_instead_of_or": {
+        "kind": "mistake",
+        "cells": {"packed_causal_mask": _edit(_PACKED, ("later_key | other_document", "later_key & other_document"))},
+        "fails": {"test_packed_causal_mask": "OR belongs to another document"},
+    },
+    "packed_causal_only": {
+        "kind": "mistake",
+        "cells": {"packed_causal_mask": _edit(_PACKED, ("return later_key | other_document",
+                                                        "return later_key.expand(*document_ids.shape, -1)"))},
+        "fails": {"test_packed_causal_mask": "another document"},
+    },
+    "packed_one_row_only": {
+        # right for one row; on a batch the two copies of the ids broadcast to the wrong shape
+        "kind": "mistake",
+        "cells": {"packed_causal_mask": _edit(_PACKED, (
+            "document_ids.unsqueeze(-1) != document_ids.unsqueeze(-2)", "document_ids[:, None] != document_ids[None, :]"))},
+        "fails": {"test_packed_causal_mask": "along the last dimension"},
+    },
+    "packed_no_value_error": {
+        "kind": "mistake",
+        "cells": {"packed_causal_mask": _edit(_PACKED, (
+            '    if not isinstance(document_ids, torch.Tensor) or document_ids.dim() == 0 or document_ids.is_floating_point():\n'
+            '        raise ValueError("document_ids must be an integer tensor of shape (..., T)")\n', ""))},
+        "fails": {"test_packed_causal_mask": "check document_ids first"},
+    },
+    "window_loop": {
+        "kind": "correct",
+        "cells": {
+            "sliding_window_causal_mask":
+                "def sliding_window_causal_mask(num_tokens, window):\n"
+                "    if window < 1:\n"
+                "        raise ValueError('window must be >= 1')\n"
+                "    mask = torch.ones(num_tokens, num_tokens, dtype=torch.bool)\n"
+                "    for i in range(num_tokens):\n"
+                "        mask[i, max(0, i - window + 1):i + 1] = False\n"
+                "    return mask\n",
+        },
+    },
+    "window_two_triangles": {
+        "kind": "correct",
+        "cells": {
+            "sliding_window_causal_mask":
+                "def sliding_window_causal_mask(num_tokens, window):\n"
+                "    if not window >= 1:\n"
+                "        raise ValueError(f'{window=} is not a window')\n"
+                "    ones = torch.ones(num_tokens, num_tokens, dtype=torch.bool)\n"
+                "    return torch.triu(ones, diagonal=1) | torch.tril(ones, diagonal=-window)\n",
+        },
+    },
+    "window_off_by_one": {
+        "kind": "mistake",
+        "cells": {"sliding_window_causal_mask": _edit(_WINDOW, ("distance >= window", "distance > window"))},
+        "fails": {"test_sliding_window_causal_mask": "one of its window"},
+    },
+    "window_both_sides": {
+        "kind": "mistake",
+        "cells": {"sliding_window_causal_mask": _edit(_WINDOW, ("(distance < 0) | (distance >= window)",
+                                                                "distance.abs() >= window"))},
+        "fails": {"test_sliding_window_causal_mask": "itself and the token before it"},
+    },
+    "window_no_value_error": {
+        "kind": "mistake",
+        "cells": {"sliding_window_causal_mask": _edit(_WINDOW, (
+            '    if window < 1:\n        raise ValueError(f"window must be at least 1, got window={window}")\n', ""))},
+        "fails": {"test_sliding_window_causal_mask": "check window first"},
     },
 })

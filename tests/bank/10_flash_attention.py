@@ -231,7 +231,9 @@ VARIANTS = {
                   "        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float('-inf'))\n"
                   "    weights = torch.exp(scores - scores.amax(dim=-1, keepdim=True))\n"
                   "    return weights / weights.sum(dim=-1, keepdim=True) @ values\n"},
-        "fails": {"test_tiled_attention_memory": "as large as the (T, T)"},
+        # it reads every key block before any exponential (a whole row of scores at a time): not the online loop
+        "fails": {"test_tiled_attention_memory": "as large as the (T, T)", "test_tiled_attention": "watched operation",
+                  "test_tiled_attention_causal": "watched operation"},
     },
     "tiled_accepts_block_size_zero": {
         "kind": "mistake",
@@ -695,4 +697,128 @@ VARIANTS.update({
                   "test_tiled_attention_causal": "scaled_dot_product_attention",
                   # the visible memory test fails first, in the kernel: SDPA's math path makes the (T, T) weights
                   "test_tiled_attention_memory": "(T, T)"}},
+})
+
+
+# Part 3: merge_attention
+_MERGE = (
+    "def merge_attention(out_a, lse_a, out_b, lse_b):\n"
+    "    if lse_a.shape != out_a.shape[:-1]:\n"
+    "        raise ValueError(f'lse_a has shape {tuple(lse_a.shape)}')\n"
+    "    if lse_b.shape != out_b.shape[:-1]:\n"
+    "        raise ValueError(f'lse_b has shape {tuple(lse_b.shape)}')\n"
+    "    top = torch.maximum(lse_a, lse_b)\n"
+    "    top = torch.where(torch.isinf(top), torch.zeros_like(top), top)\n"
+    "    wa, wb = torch.exp(lse_a - top), torch.exp(lse_b - top)\n"
+    "    total = wa + wb\n"
+    "    out = (wa[..., None] * out_a + wb[..., None] * out_b) / total.clamp_min(1e-30)[..., None]\n"
+    "    return out, top + torch.log(total)\n"
+)
+
+VARIANTS.update({
+    # logaddexp for the merged lse, each output weighted by exp(lse_x - lse), empty rows by torch.where
+    "merge_logaddexp": {"kind": "correct", "cells": {"merge_attention":
+        "def merge_attention(out_a, lse_a, out_b, lse_b):\n"
+        "    for name, o, l in (('lse_a', out_a, lse_a), ('lse_b', out_b, lse_b)):\n"
+        "        if list(l.shape) != list(o.shape[:-1]):\n"
+        "            raise ValueError(f'{name} does not match its output')\n"
+        "    lse = torch.logaddexp(lse_a, lse_b)\n"
+        "    seen = torch.isfinite(lse)[..., None]\n"
+        "    safe = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))\n"
+        "    out = torch.exp(lse_a - safe)[..., None] * out_a + torch.exp(lse_b - safe)[..., None] * out_b\n"
+        "    return torch.where(seen, out, torch.zeros_like(out)), lse\n"}},
+    # ring-flash-attention's form: out_b + sigmoid(lse_a - lse_b) * (out_a - out_b), with the empty rows handled apart
+    "merge_sigmoid": {"kind": "correct", "cells": {"merge_attention":
+        "import torch.nn.functional as F\n"
+        "\n"
+        "\n"
+        "def merge_attention(out_a, lse_a, out_b, lse_b):\n"
+        "    if lse_a.shape != out_a.shape[:-1]:\n"
+        "        raise ValueError('lse_a: wrong shape')\n"
+        "    if lse_b.shape != out_b.shape[:-1]:\n"
+        "        raise ValueError('lse_b: wrong shape')\n"
+        "    a_empty, b_empty = torch.isneginf(lse_a), torch.isneginf(lse_b)\n"
+        "    diff = torch.where(a_empty | b_empty, torch.zeros_like(lse_a), lse_a - lse_b)\n"
+        "    share_a = torch.where(a_empty, 0.0, torch.where(b_empty, 1.0, torch.sigmoid(diff)))\n"
+        "    out = out_b + share_a[..., None] * (out_a - out_b)\n"
+        "    lse = torch.where(a_empty, lse_b, torch.where(b_empty, lse_a, lse_a - F.logsigmoid(diff)))\n"
+        "    return torch.where((a_empty & b_empty)[..., None], torch.zeros_like(out), out), lse\n"}},
+    "merge_exp_of_lse": {"kind": "mistake", "cells": {"merge_attention": _edit(
+        _MERGE, ("    top = torch.where(torch.isinf(top), torch.zeros_like(top), top)\n",
+                 "    top = torch.zeros_like(top)\n"))},
+        "fails": {"test_merge_attention": "overflows"}},
+    "merge_exp_of_lse_unseen": {"kind": "mistake", "cells": {"merge_attention": _SILENCE_CHECKS + _edit(
+        _MERGE, ("    top = torch.where(torch.isinf(top), torch.zeros_like(top), top)\n",
+                 "    top = torch.zeros_like(top)\n"))},
+        "fails": {"test_merge_attention": "exp(lse) overflows"}},
+    "merge_equal_average_unseen": {"kind": "mistake", "cells": {"merge_attention": _SILENCE_CHECKS + _edit(
+        _MERGE, ("(wa[..., None] * out_a + wb[..., None] * out_b) / total.clamp_min(1e-30)[..., None]",
+                 "(out_a + out_b) / 2"))},
+        "fails": {"test_merge_attention": "equal weights"}},
+    "merge_no_guard": {"kind": "mistake", "cells": {"merge_attention": _edit(
+        _MERGE, ("    top = torch.where(torch.isinf(top), torch.zeros_like(top), top)\n", ""),
+        ("total.clamp_min(1e-30)", "total"))},
+        "fails": {"test_merge_attention": "-inf - (-inf)"}},
+    "merge_no_guard_unseen": {"kind": "mistake", "cells": {"merge_attention": _SILENCE_CHECKS + _edit(
+        _MERGE, ("    top = torch.where(torch.isinf(top), torch.zeros_like(top), top)\n", ""),
+        ("total.clamp_min(1e-30)", "total"))},
+        "fails": {"test_merge_attention": "saw no key"}},
+    "merge_lse_is_max_unseen": {"kind": "mistake", "cells": {"merge_attention": _SILENCE_CHECKS + _edit(
+        _MERGE, ("return out, top + torch.log(total)", "return out, torch.maximum(lse_a, lse_b)"))},
+        "fails": {"test_merge_attention": "not the larger"}},
+    "merge_no_value_error": {"kind": "mistake", "cells": {"merge_attention": _edit(
+        _MERGE, ("    if lse_a.shape != out_a.shape[:-1]:\n        raise ValueError(f'lse_a has shape {tuple(lse_a.shape)}')\n", ""))},
+        "fails": {"test_merge_attention": "lse_a"}},
+})
+
+# elementary operations that the allowlist once refused (issue 35): torch.fmax for the running maximum
+VARIANTS.update({
+    "fmax_running_max": {"kind": "correct", "cells": {
+        "online_softmax": _edit(_SOFTMAX, ("new_max = torch.maximum(running_max, block.amax(dim=-1, keepdim=True))",
+                                           "new_max = torch.fmax(running_max, block.amax(dim=-1, keepdim=True))")),
+        "tiled_attention": _edit(_TILED, ("new_max = torch.maximum(running_max, scores.amax(dim=-1, keepdim=True))",
+                                          "new_max = torch.fmax(running_max, scores.amax(dim=-1, keepdim=True))"))}},
+})
+
+# the two shortcuts of issue 35: right outputs, small tensors, but not the online algorithm over key blocks
+VARIANTS.update({
+    "tiled_query_blocks_hand_softmax": {"kind": "mistake", "cells": {"tiled_attention":
+        "def tiled_attention(queries, keys, values, block_size, causal=False):\n"
+        "    if block_size < 1:\n"
+        "        raise ValueError(f'block_size must be at least 1, got {block_size}')\n"
+        "    d = queries.shape[-1]\n"
+        "    outs = []\n"
+        "    for start in range(0, queries.shape[-2], block_size):\n"
+        "        s = queries[..., start:start + block_size, :] @ keys.transpose(-2, -1) / d ** 0.5\n"
+        "        if causal:\n"
+        "            later = torch.arange(keys.shape[-2]) > torch.arange(start, start + s.shape[-2])[:, None]\n"
+        "            s = s.masked_fill(later, float('-inf'))\n"
+        "        e = torch.exp(s - s.amax(dim=-1, keepdim=True))\n"
+        "        outs.append(e / e.sum(dim=-1, keepdim=True) @ values)\n"
+        "    return torch.cat(outs, dim=-2)\n"},
+        "fails": {"test_tiled_attention": "all the keys at once", "test_tiled_attention_causal": "all the keys at once"}},
+    "tiled_two_pass": {"kind": "mistake", "cells": {"tiled_attention":
+        "def tiled_attention(queries, keys, values, block_size, causal=False):\n"
+        "    if block_size < 1:\n"
+        "        raise ValueError(f'block_size must be at least 1, got {block_size}')\n"
+        "    num_keys, d = keys.shape[-2], queries.shape[-1]\n"
+        "    query_positions = torch.arange(queries.shape[-2])[:, None]\n"
+        "\n"
+        "    def scores(start):\n"
+        "        s = queries @ keys[..., start:start + block_size, :].transpose(-2, -1) / d ** 0.5\n"
+        "        if causal:\n"
+        "            s = s.masked_fill(torch.arange(start, start + s.shape[-1]) > query_positions, float('-inf'))\n"
+        "        return s\n"
+        "\n"
+        "    m = torch.full_like(queries[..., :1], float('-inf'))\n"
+        "    for start in range(0, num_keys, block_size):\n"
+        "        m = torch.maximum(m, scores(start).amax(dim=-1, keepdim=True))\n"
+        "    l = torch.zeros_like(m)\n"
+        "    o = torch.zeros(*queries.shape[:-1], values.shape[-1])\n"
+        "    for start in range(0, num_keys, block_size):\n"
+        "        p = torch.exp(scores(start) - m)\n"
+        "        l = l + p.sum(dim=-1, keepdim=True)\n"
+        "        o = o + p @ values[..., start:start + block_size, :]\n"
+        "    return o / l\n"},
+        "fails": {"test_tiled_attention": "two-pass", "test_tiled_attention_causal": "two-pass"}},
 })

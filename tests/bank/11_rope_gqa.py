@@ -15,9 +15,9 @@ _ROPE = (
     "    if head_dim % 2:\n"
     "        raise ValueError(f'head_dim={head_dim} is odd')\n"
     "    half = head_dim // 2\n"
-    "    inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=x.dtype) / head_dim)\n"
-    "    angles = positions.to(x.dtype)[:, None] * inv_freq\n"
-    "    cos, sin = angles.cos(), angles.sin()\n"
+    "    inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)\n"
+    "    angles = positions.to(torch.float64)[:, None] * inv_freq\n"
+    "    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)\n"
     "    x1, x2 = x[..., :half], x[..., half:]\n"
     "    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)\n"
 )
@@ -47,8 +47,10 @@ _CLASS = (
     "    def reset_cache(self):\n"
     "        self.cache_keys = self.cache_values = None\n"
     "\n"
-    "    def forward(self, x, use_cache=False):\n"
+    "    def forward(self, x, use_cache=False, padding_mask=None):\n"
     "        b, t, _ = x.shape\n"
+    "        if padding_mask is not None and (use_cache or padding_mask.shape != (b, t)):\n"
+    "            raise ValueError('padding_mask needs use_cache=False and the shape (b, T)')\n"
     "        kept = self.cache_keys.shape[2] if use_cache and self.cache_keys is not None else 0\n"
     "        if kept + t > self.context_length:\n"
     "            raise ValueError(f'{kept + t} tokens exceed context_length={self.context_length}')\n"
@@ -67,9 +69,15 @@ _CLASS = (
     "        k = k.repeat_interleave(group, dim=1)\n"
     "        v = v.repeat_interleave(group, dim=1)\n"
     "        blocked = torch.ones(t, k.shape[2], dtype=torch.bool).triu(k.shape[2] - t + 1)\n"
+    "        if padding_mask is not None:\n"
+    "            blocked = blocked | padding_mask[:, None, None, :]\n"
+    "            blocked = blocked & ~blocked.all(-1, keepdim=True)\n"
     "        scores = (q @ k.transpose(-2, -1)).masked_fill(blocked, float('-inf'))\n"
     "        weights = self.dropout(torch.softmax(scores / self.head_dim ** 0.5, dim=-1))\n"
-    "        return self.out_proj((weights @ v).transpose(1, 2).reshape(b, t, self.d_out))\n"
+    "        out = self.out_proj((weights @ v).transpose(1, 2).reshape(b, t, self.d_out))\n"
+    "        if padding_mask is not None:\n"
+    "            out = torch.where(padding_mask[..., None], 0.0, out)\n"
+    "        return out\n"
 )
 
 # Silences the visible checks (as a cheat of tests/bank/integrity.py does), so that the hidden checks' message shows.
@@ -128,8 +136,13 @@ VARIANTS = {
                 "    def reset_cache(self):\n"
                 "        self.k_cache, self.v_cache, self.pos = [], [], 0\n"
                 "\n"
-                "    def forward(self, x, use_cache=False):\n"
+                "    def forward(self, x, use_cache=False, padding_mask=None):\n"
                 "        b, t, _ = x.shape\n"
+                "        if padding_mask is not None:\n"
+                "            if use_cache:\n"
+                "                raise ValueError('padding_mask cannot be used with the cache')\n"
+                "            if list(padding_mask.shape) != [b, t]:\n"
+                "                raise ValueError(f'padding_mask has shape {list(padding_mask.shape)}, not [{b}, {t}]')\n"
                 "        start = self.pos if use_cache else 0\n"
                 "        if start + t > self.ctx:\n"
                 "            raise ValueError(f'context_length={self.ctx} exceeded')\n"
@@ -148,9 +161,14 @@ VARIANTS = {
                 "        k = k[:, :, None].expand(b, self.kv, g, T, k.shape[-1]).reshape(b, self.h, T, -1)\n"
                 "        v = v[:, :, None].expand(b, self.kv, g, T, v.shape[-1]).reshape(b, self.h, T, -1)\n"
                 "        allowed = torch.ones(t, T, dtype=torch.bool).tril(T - t)\n"
+                "        if padding_mask is not None:\n"
+                "            allowed = allowed & ~padding_mask.view(b, 1, 1, T)\n"
                 "        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed,\n"
                 "                                             dropout_p=self.p if self.training else 0.0)\n"
-                "        return self.out_proj(out.permute(0, 2, 1, 3).reshape(b, t, -1))\n",
+                "        out = self.out_proj(out.permute(0, 2, 1, 3).reshape(b, t, -1))\n"
+                "        if padding_mask is not None:\n"
+                "            out = out.masked_fill(padding_mask.unsqueeze(-1), 0)\n"
+                "        return out\n",
             "padding_mask":
                 "def padding_mask(lengths, num_tokens):\n"
                 "    if lengths.min() < 0 or lengths.max() > num_tokens:\n"
@@ -172,8 +190,8 @@ VARIANTS = {
                 "        raise ValueError('the last dimension (head_dim) must be even')\n"
                 "    inv_freq = 1.0 / (base ** (torch.arange(0, x.shape[-1], 2).float() / x.shape[-1]))\n"
                 "    freqs = torch.einsum('t,f->tf', positions.float(), inv_freq)\n"
-                "    emb = torch.cat((freqs, freqs), dim=-1).to(x.dtype)\n"
-                "    return x * emb.cos() + rotate_half(x) * emb.sin()\n",
+                "    emb = torch.cat((freqs, freqs), dim=-1)\n"
+                "    return x * emb.cos().to(x.dtype) + rotate_half(x) * emb.sin().to(x.dtype)\n",
             "grouped_query_attention":
                 "class GroupedQueryAttention(nn.Module):\n"
                 "    def __init__(self, d_in, d_out, context_length, dropout, num_heads, num_kv_heads, qkv_bias=False,\n"
@@ -202,31 +220,46 @@ VARIANTS = {
                 "    def reset_cache(self):\n"
                 "        self.k_cache = self.v_cache = None\n"
                 "\n"
-                "    def rope(self, x, start):\n"
+                "    def rope(self, x, start, shift=None):\n"
                 "        t = x.shape[-2]\n"
-                "        cos = self.cos_cached[start:start + t].to(x.dtype)\n"
-                "        sin = self.sin_cached[start:start + t].to(x.dtype)\n"
+                "        pos = torch.arange(start, start + t)\n"
+                "        if shift is not None:  # (B,) fillers before each sequence: its real tokens start at 0\n"
+                "            pos = (pos[None, :] - shift[:, None]).clamp(min=0)[:, None]\n"
+                "        cos = self.cos_cached[pos].to(x.dtype)\n"
+                "        sin = self.sin_cached[pos].to(x.dtype)\n"
                 "        return x * cos + rotate_half(x) * sin\n"
                 "\n"
-                "    def forward(self, x, use_cache=False):\n"
+                "    def forward(self, x, use_cache=False, padding_mask=None):\n"
                 "        B, T, _ = x.shape\n"
+                "        if padding_mask is not None and use_cache:\n"
+                "            raise ValueError('use_cache=True does not take a padding_mask')\n"
+                "        if padding_mask is not None and padding_mask.shape != (B, T):\n"
+                "            raise ValueError(f'padding_mask should be ({B}, {T})')\n"
                 "        past = self.k_cache.shape[2] if (use_cache and self.k_cache is not None) else 0\n"
                 "        if past + T > self.context_length:\n"
                 "            raise ValueError(f'{past} + {T} tokens do not fit in context_length {self.context_length}')\n"
                 "        q = self.W_query(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)\n"
                 "        k = self.W_key(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)\n"
                 "        v = self.W_value(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)\n"
-                "        q, k = self.rope(q, past), self.rope(k, past)\n"
+                "        shift = None if padding_mask is None else padding_mask.cumprod(-1).sum(-1)\n"
+                "        q, k = self.rope(q, past, shift), self.rope(k, past, shift)\n"
                 "        if use_cache:\n"
                 "            if self.k_cache is not None:\n"
                 "                k = torch.cat((self.k_cache, k), dim=2)\n"
                 "                v = torch.cat((self.v_cache, v), dim=2)\n"
                 "            self.k_cache, self.v_cache = k, v\n"
                 "        from torch.nn.attention.bias import causal_lower_right\n"
-                "        y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(T, k.shape[2]),\n"
+                "        mask = causal_lower_right(T, k.shape[2])\n"
+                "        if padding_mask is not None:\n"
+                "            keep = torch.ones(T, T, dtype=torch.bool).tril() & ~padding_mask[:, None, None, :]\n"
+                "            mask = keep | (torch.eye(T, dtype=torch.bool) & padding_mask[:, None, :, None])\n"
+                "        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,\n"
                 "                                           dropout_p=self.dropout if self.training else 0.0,\n"
                 "                                           enable_gqa=True)\n"
-                "        return self.out_proj(y.transpose(1, 2).contiguous().view(B, T, -1))\n",
+                "        y = self.out_proj(y.transpose(1, 2).contiguous().view(B, T, -1))\n"
+                "        if padding_mask is not None:\n"
+                "            y = torch.where(padding_mask.unsqueeze(-1), torch.zeros_like(y), y)\n"
+                "        return y\n",
             "padding_mask":
                 "def padding_mask(lengths, num_tokens):\n"
                 "    mask = torch.zeros(len(lengths), num_tokens, dtype=torch.bool)\n"
@@ -258,17 +291,28 @@ VARIANTS = {
                  "        k = k.repeat_interleave(group, dim=1)\n"
                  "        v = v.repeat_interleave(group, dim=1)\n"
                  "        blocked = torch.ones(t, k.shape[2], dtype=torch.bool).triu(k.shape[2] - t + 1)\n"
+                 "        if padding_mask is not None:\n"
+                 "            blocked = blocked | padding_mask[:, None, None, :]\n"
+                 "            blocked = blocked & ~blocked.all(-1, keepdim=True)\n"
                  "        scores = (q @ k.transpose(-2, -1)).masked_fill(blocked, float('-inf'))\n"
                  "        weights = self.dropout(torch.softmax(scores / self.head_dim ** 0.5, dim=-1))\n"
-                 "        return self.out_proj((weights @ v).transpose(1, 2).reshape(b, t, self.d_out))\n",
+                 "        out = self.out_proj((weights @ v).transpose(1, 2).reshape(b, t, self.d_out))\n"
+                 "        if padding_mask is not None:\n"
+                 "            out = torch.where(padding_mask[..., None], 0.0, out)\n"
+                 "        return out\n",
                  "        n = k.shape[2]\n"
                  "        q = q.view(b, self.num_kv_heads, self.num_heads // self.num_kv_heads, t, self.head_dim)\n"
                  "        scores = torch.einsum('bkgqd,bknd->bkgqn', q, k) / math.sqrt(self.head_dim)\n"
                  "        future = torch.arange(n)[None, :] > torch.arange(n - t, n)[:, None]\n"
+                 "        if padding_mask is not None:\n"
+                 "            future = future | padding_mask.view(b, 1, 1, 1, n)\n"
                  "        scores = torch.where(future, torch.tensor(-1e9), scores)\n"
                  "        weights = self.dropout(scores.softmax(-1))\n"
                  "        out = torch.einsum('bkgqn,bknd->bkgqd', weights, v).reshape(b, self.num_heads, t, -1)\n"
-                 "        return self.out_proj(out.transpose(1, 2).reshape(b, t, self.d_out))\n")),
+                 "        out = self.out_proj(out.transpose(1, 2).reshape(b, t, self.d_out))\n"
+                 "        if padding_mask is not None:\n"
+                 "            out = out * (~padding_mask).unsqueeze(-1)\n"
+                 "        return out\n")),
         },
     },
     # Part 1's interleaved pairs cost Part 1's points only: the module computes the right attention with them.
@@ -284,8 +328,8 @@ VARIANTS = {
     },
     "rope_without_factor_two": {
         "kind": "mistake",
-        "cells": {"apply_rope": _edit(_ROPE, ("torch.arange(0, head_dim, 2, dtype=x.dtype) / head_dim",
-                                              "torch.arange(half, dtype=x.dtype) / head_dim"))},
+        "cells": {"apply_rope": _edit(_ROPE, ("torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim",
+                                              "torch.arange(half, dtype=torch.float64) / head_dim"))},
         "fails": {"test_apply_rope": "factor 2"},
     },
     "rope_reversed_unseen": {
@@ -296,8 +340,8 @@ VARIANTS = {
     },
     "rope_positions_ignored": {
         "kind": "mistake",
-        "cells": {"apply_rope": _edit(_ROPE, ("positions.to(x.dtype)[:, None]",
-                                              "torch.arange(x.shape[-2], dtype=x.dtype)[:, None]"))},
+        "cells": {"apply_rope": _edit(_ROPE, ("positions.to(torch.float64)[:, None]",
+                                              "torch.arange(x.shape[-2], dtype=torch.float64)[:, None]"))},
         "fails": {"test_apply_rope": "positions need not start at 0"},
     },
     "rope_base_ignored_unseen": {
@@ -349,31 +393,111 @@ VARIANTS = {
         "cells": {"grouped_query_attention": _SILENCE_CHECKS + _edit(_CLASS, (
             "        k = apply_rope(k, positions, self.rope_base)\n",
             "        k = apply_rope(k, positions, self.rope_base)\n        v = apply_rope(v, positions, self.rope_base)\n"))},
-        "fails": {"test_grouped_query_attention": "never the values"},
+        "fails": {"test_grouped_query_attention": "never the values", "test_gqa_padding": "never the values"},
     },
     "gqa_heads_repeated_in_wrong_order": {
         "kind": "mistake",
         "cells": {"grouped_query_attention": _SILENCE_CHECKS + _edit(
             _CLASS, ("k.repeat_interleave(group, dim=1)", "k.repeat(1, group, 1, 1)"),
             ("v.repeat_interleave(group, dim=1)", "v.repeat(1, group, 1, 1)"))},
-        "fails": {"test_grouped_query_attention": "repeat_interleave"},
+        "fails": {"test_grouped_query_attention": "repeat_interleave", "test_gqa_padding": "repeat_interleave"},
     },
     "gqa_is_causal_top_left": {
         "kind": "mistake",
         "cells": {"grouped_query_attention": _SILENCE_CHECKS + _edit(
-            _CLASS, ("        blocked = torch.ones(t, k.shape[2], dtype=torch.bool).triu(k.shape[2] - t + 1)\n"
-                     "        scores = (q @ k.transpose(-2, -1)).masked_fill(blocked, float('-inf'))\n"
-                     "        weights = self.dropout(torch.softmax(scores / self.head_dim ** 0.5, dim=-1))\n"
-                     "        return self.out_proj((weights @ v)",
-                     "        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
-                     "        return self.out_proj(out"))},
+            _CLASS, (".triu(k.shape[2] - t + 1)", ".triu(1)"))},
         "fails": {"test_grouped_query_attention": "top-left"},
     },
     "gqa_own_interleaved_rope": {
         "kind": "mistake",
         "cells": {"grouped_query_attention": _SILENCE_CHECKS + _ROPE_INTERLEAVED.replace("apply_rope", "my_rope")
                   + "\n" + _edit(_CLASS, ("q = apply_rope(", "q = my_rope("), ("k = apply_rope(", "k = my_rope("))},
-        "fails": {"test_grouped_query_attention": "interleaved"},
+        "fails": {"test_grouped_query_attention": "interleaved", "test_gqa_padding": "interleaved"},
+    },
+    "rope_angles_in_bfloat16_unseen": {
+        "kind": "mistake",
+        "cells": {"apply_rope": _SILENCE_CHECKS + _edit(_ROPE, ("dtype=torch.float64) / head_dim", "dtype=x.dtype) / head_dim"),
+                                                        ("positions.to(torch.float64)", "positions.to(x.dtype)"))},
+        "fails": {"test_apply_rope": "bfloat16"},
+    },
+    "rope_angles_in_bfloat16": {
+        "kind": "mistake",
+        "cells": {"apply_rope": _edit(_ROPE, ("dtype=torch.float64) / head_dim", "dtype=x.dtype) / head_dim"),
+                                      ("positions.to(torch.float64)", "positions.to(x.dtype)"))},
+        "fails": {"test_apply_rope": "float32"},
+    },
+    # Part 4: the padding, one mistake at a time
+    "pad_keys_not_blocked": {
+        "kind": "mistake",
+        "cells": {"grouped_query_attention": _edit(_CLASS, ("            blocked = blocked | padding_mask[:, None, None, :]\n",
+                                                            ""))},
+        "fails": {"test_gqa_padding": "block the padded keys"},
+    },
+    "pad_keys_not_blocked_unseen": {
+        "kind": "mistake",
+        "cells": {"grouped_query_attention": _SILENCE_CHECKS + _edit(
+            _CLASS, ("            blocked = blocked | padding_mask[:, None, None, :]\n", ""))},
+        "fails": {"test_gqa_padding": "attends to the fillers"},
+    },
+    "pad_queries_blocked_instead": {
+        "kind": "mistake",
+        "cells": {"grouped_query_attention": _SILENCE_CHECKS + _edit(
+            _CLASS, ("padding_mask[:, None, None, :]", "padding_mask[:, None, :, None]"))},
+        "fails": {"test_gqa_padding": "attends to the fillers"},
+    },
+    # the lesson's third way out (zero the filler rows with torch.where) is right in the forward pass only
+    "pad_nan_rows_replaced_after": {
+        "kind": "mistake",
+        "cells": {"grouped_query_attention": _edit(_CLASS, ("            blocked = blocked & ~blocked.all(-1, keepdim=True)\n",
+                                                            ""))},
+        "fails": {"test_gqa_padding": "gradients"},
+    },
+    "pad_nan_rows_replaced_after_unseen": {
+        "kind": "mistake",
+        "cells": {"grouped_query_attention": _SILENCE_CHECKS + _edit(
+            _CLASS, ("            blocked = blocked & ~blocked.all(-1, keepdim=True)\n", ""))},
+        "fails": {"test_gqa_padding": "0 * nan"},
+    },
+    "pad_nan_rows_kept_unseen": {
+        "kind": "mistake",
+        "cells": {"grouped_query_attention": _SILENCE_CHECKS + _edit(
+            _CLASS, ("            blocked = blocked & ~blocked.all(-1, keepdim=True)\n", ""),
+            ("        if padding_mask is not None:\n            out = torch.where(padding_mask[..., None], 0.0, out)\n", ""))},
+        "fails": {"test_gqa_padding": "softmax of a row of -inf"},
+    },
+    "pad_rows_not_zeroed_unseen": {
+        "kind": "mistake",
+        "cells": {"grouped_query_attention": _SILENCE_CHECKS + _edit(
+            _CLASS, ("        if padding_mask is not None:\n            out = torch.where(padding_mask[..., None], 0.0, out)\n", ""))},
+        "fails": {"test_gqa_padding": "must be zeros"},
+    },
+    "pad_rows_zeroed_before_out_proj": {
+        "kind": "mistake",
+        "cells": {"grouped_query_attention": _edit(
+            _CLASS, ("        out = self.out_proj((weights @ v).transpose(1, 2).reshape(b, t, self.d_out))\n",
+                     "        context = (weights @ v).transpose(1, 2).reshape(b, t, self.d_out)\n"
+                     "        if padding_mask is not None:\n"
+                     "            context = context.masked_fill(padding_mask[..., None], 0.0)\n"
+                     "        out = self.out_proj(context)\n"),
+            ("        if padding_mask is not None:\n            out = torch.where(padding_mask[..., None], 0.0, out)\n", ""))},
+        "fails": {"test_gqa_padding": "bias"},
+    },
+    "pad_rows_zeroed_before_out_proj_unseen": {
+        "kind": "mistake",
+        "cells": {"grouped_query_attention": _SILENCE_CHECKS + _edit(
+            _CLASS, ("        out = self.out_proj((weights @ v).transpose(1, 2).reshape(b, t, self.d_out))\n",
+                     "        context = (weights @ v).transpose(1, 2).reshape(b, t, self.d_out)\n"
+                     "        if padding_mask is not None:\n"
+                     "            context = context.masked_fill(padding_mask[..., None], 0.0)\n"
+                     "        out = self.out_proj(context)\n"),
+            ("        if padding_mask is not None:\n            out = torch.where(padding_mask[..., None], 0.0, out)\n", ""))},
+        "fails": {"test_gqa_padding": "zeroed before out_proj"},
+    },
+    "pad_no_value_error_with_cache": {
+        "kind": "mistake",
+        "cells": {"grouped_query_attention": _edit(_CLASS, ("(use_cache or padding_mask.shape != (b, t))",
+                                                            "padding_mask.shape != (b, t)"))},
+        "fails": {"test_gqa_padding": "did not raise a ValueError"},
     },
     "gqa_no_num_kv_heads_check": {
         "kind": "mistake",
@@ -390,6 +514,7 @@ VARIANTS = {
                        f"        self.{name} = nn.Linear(d_in, {width}, bias=False)\n")
                       for name, width in (("W_query", "d_out"), ("W_key", "num_kv_heads * self.head_dim"),
                                           ("W_value", "num_kv_heads * self.head_dim"))))},
-        "fails": {"test_grouped_query_attention": "the parameters differ from the contract"},
+        "fails": {"test_grouped_query_attention": "the parameters differ from the contract",
+                  "test_gqa_padding": "the parameters differ from the contract"},
     },
 }

@@ -6,6 +6,18 @@ from bank import edit as _edit
 # biases), so only the hidden checks can take its points, and a cheat that skips or silences them must not keep them.
 CHEATS_RIDE_ON = "mha_qkv_bias_ignored"
 
+# Boilerplate carried over from earlier steps (step 09's attention with its cache and its API), and the two calls of
+# the optimizer's API that every training loop has (the lesson's loop too): none decides a part of this exercise.
+SHARED_LINES = [
+    "self.dropout = nn.Dropout(dropout)",
+    "self.out_proj = nn.Linear(d_out, d_out)",
+    "self.context_length = context_length",
+    "if use_cache:",
+    "model.reset_cache()",
+    "optimizer.zero_grad()",
+    "optimizer.step()",
+]
+
 
 
 
@@ -115,11 +127,18 @@ _GENERATE = (
 )
 
 _TRAIN = (
-    "def train_step(model, optimizer, inputs, targets, max_grad_norm=None):\n"
-    "    logits = model(inputs)\n"
-    "    loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())\n"
+    "def train_step(model, optimizer, inputs, targets, max_grad_norm=None, micro_batch_size=None):\n"
+    "    b = inputs.shape[0]\n"
+    "    if micro_batch_size is not None and micro_batch_size < 1:\n"
+    "        raise ValueError(f'micro_batch_size={micro_batch_size} must be at least 1')\n"
+    "    size = micro_batch_size or b\n"
     "    optimizer.zero_grad()\n"
-    "    loss.backward()\n"
+    "    loss = 0.0\n"
+    "    for start in range(0, b, size):\n"
+    "        logits = model(inputs[start:start + size])\n"
+    "        part = F.cross_entropy(logits.flatten(0, 1), targets[start:start + size].flatten())\n"
+    "        (part * len(logits) / b).backward()\n"
+    "        loss = loss + part.detach() * len(logits) / b\n"
     "    if max_grad_norm is not None:\n"
     "        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)\n"
     "    optimizer.step()\n"
@@ -240,11 +259,16 @@ VARIANTS = {
                 "            n_cached += 1\n"
                 "    return out\n",
             "train_step":
-                "def train_step(model, optimizer, inputs, targets, max_grad_norm=None):\n"
+                "def train_step(model, optimizer, inputs, targets, max_grad_norm=None, micro_batch_size=None):\n"
+                "    if micro_batch_size is not None and micro_batch_size <= 0:\n"
+                "        raise ValueError('micro_batch_size must be positive')\n"
                 "    optimizer.zero_grad(set_to_none=True)\n"
-                "    logits = model(inputs)\n"
-                "    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))\n"
-                "    loss.backward()\n"
+                "    loss = torch.zeros(())\n"
+                "    for x, y in zip(inputs.split(micro_batch_size or len(inputs)), targets.split(micro_batch_size or len(inputs))):\n"
+                "        logits = model(x)\n"
+                "        summed = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction='sum')\n"
+                "        (summed / targets.numel()).backward()\n"
+                "        loss += summed.detach() / targets.numel()\n"
                 "    if max_grad_norm is not None:\n"
                 "        grads = [p.grad for p in model.parameters() if p.grad is not None]\n"
                 "        norm = torch.sqrt(sum((g * g).sum() for g in grads))\n"
@@ -317,16 +341,22 @@ VARIANTS = {
                 "            scaled = model(idx[:, -model.context_length:], use_cache=True)[:, -1] / temperature\n"
                 "    return idx\n",
             "train_step":
-                "def train_step(model, optimizer, inputs, targets, max_grad_norm=None):\n"
-                "    log_probs = torch.log_softmax(model(inputs), dim=-1)\n"
-                "    loss = -log_probs.gather(-1, targets.unsqueeze(-1)).mean()\n"
+                "def train_step(model, optimizer, inputs, targets, max_grad_norm=None, micro_batch_size=None):\n"
+                "    if micro_batch_size is not None and micro_batch_size < 1:\n"
+                "        raise ValueError(f'micro_batch_size is {micro_batch_size}')\n"
+                "    n = 1 if micro_batch_size is None else -(-len(inputs) // micro_batch_size)\n"
                 "    for p in model.parameters():\n"
                 "        p.grad = None\n"
-                "    loss.backward()\n"
+                "    losses = []\n"
+                "    for x, y in zip(inputs.chunk(n), targets.chunk(n)):\n"
+                "        log_probs = torch.log_softmax(model(x), dim=-1)\n"
+                "        nll = -log_probs.gather(-1, y.unsqueeze(-1)).mean() * (len(x) / len(inputs))\n"
+                "        nll.backward()\n"
+                "        losses.append(nll.item())\n"
                 "    if max_grad_norm:\n"
                 "        nn.utils.clip_grad_norm_(model.parameters(), max_norm=max_grad_norm)\n"
                 "    optimizer.step()\n"
-                "    return loss.item()\n",
+                "    return sum(losses)\n",
         },
     },
     # SDPA with an explicit bool mask and the cache as one tuple, positions as an offset added to arange, top-k by a
@@ -500,12 +530,15 @@ VARIANTS = {
     "train_step_no_zero_grad": {
         "kind": "mistake",
         "cells": {"train_step": _SILENCE_CHECKS + _edit(_TRAIN, ("    optimizer.zero_grad()\n", ""))},
-        "fails": {"test_train_step": "zero_grad"},
+        "fails": {"test_train_step": "zero_grad", "test_train_step_accumulation": "not cleared",
+                  "test_train_step_accumulation_clipped": "not cleared"},
     },
     "train_step_summed_loss": {
         "kind": "mistake",
-        "cells": {"train_step": _SILENCE_CHECKS + _edit(_TRAIN, ("targets.flatten())", "targets.flatten(), reduction='sum')"))},
-        "fails": {"test_train_step": "mean over all"},
+        "cells": {"train_step": _SILENCE_CHECKS + _edit(_TRAIN, ("targets[start:start + size].flatten())",
+                                                                 "targets[start:start + size].flatten(), reduction='sum')"))},
+        "fails": {"test_train_step": "mean over all", "test_train_step_accumulation": "wrong value",
+                  "test_train_step_accumulation_clipped": "wrong value"},
     },
     "train_step_clips_after_the_step": {
         "kind": "mistake",
@@ -513,11 +546,77 @@ VARIANTS = {
             _TRAIN, ("    if max_grad_norm is not None:\n        torch.nn.utils.clip_grad_norm_(model.parameters(), "
                      "max_grad_norm)\n    optimizer.step()\n", "    optimizer.step()\n    if max_grad_norm is not None:\n"
                      "        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)\n"))},
-        "fails": {"test_train_step": "not clipped"},
+        "fails": {"test_train_step": "not clipped", "test_train_step_accumulation_clipped": "not clipped"},
     },
     "train_step_returns_tensor": {
         "kind": "mistake",
         "cells": {"train_step": _SILENCE_CHECKS + _edit(_TRAIN, ("return loss.item()", "return loss"))},
-        "fails": {"test_train_step": "should be a number"},
+        "fails": {"test_train_step": "should be a number", "test_train_step_accumulation": "should be a number",
+                  "test_train_step_accumulation_clipped": "should be a number"},
+    },
+    "accumulation_unweighted": {
+        "kind": "mistake",
+        "cells": {"train_step": _edit(_TRAIN, ("(part * len(logits) / b).backward()", "part.backward()"))},
+        "fails": {"test_train_step_accumulation": "must add up", "test_train_step_accumulation_clipped": "clip"},
+    },
+    "accumulation_unweighted_unseen": {
+        "kind": "mistake",
+        "cells": {"train_step": _SILENCE_CHECKS + _edit(_TRAIN, ("(part * len(logits) / b).backward()", "part.backward()"))},
+        "fails": {"test_train_step_accumulation": "unweighted", "test_train_step_accumulation_clipped": "unweighted"},
+    },
+    "accumulation_equal_weights_unseen": {
+        "kind": "mistake",
+        "cells": {"train_step": _SILENCE_CHECKS + _edit(
+            _TRAIN, ("(part * len(logits) / b).backward()", "(part / -(-b // size)).backward()"),
+            ("loss = loss + part.detach() * len(logits) / b", "loss = loss + part.detach() / -(-b // size)"))},
+        "fails": {"test_train_step_accumulation": "1 / (number of slices)",
+                  "test_train_step_accumulation_clipped": "1 / (number of slices)"},
+    },
+    "accumulation_zero_grad_per_slice_unseen": {
+        "kind": "mistake",
+        "cells": {"train_step": _SILENCE_CHECKS + _edit(
+            _TRAIN, ("    optimizer.zero_grad()\n", ""),
+            ("        logits = model(inputs[start:start + size])\n",
+             "        optimizer.zero_grad()\n        logits = model(inputs[start:start + size])\n"))},
+        "fails": {"test_train_step_accumulation": "only the last slice", "test_train_step_accumulation_clipped":
+                  "only the last slice"},
+    },
+    "accumulation_step_per_slice_unseen": {
+        "kind": "mistake",
+        "cells": {"train_step": _SILENCE_CHECKS + _edit(
+            _TRAIN, ("        loss = loss + part.detach() * len(logits) / b\n",
+                     "        loss = loss + part.detach() * len(logits) / b\n        optimizer.step()\n"
+                     "        optimizer.zero_grad()\n"),
+            ("    optimizer.step()\n    return", "    return"))},
+        "fails": {"test_train_step": "clip", "test_train_step_accumulation": "stepped after every slice",
+                  "test_train_step_accumulation_clipped": "stepped after every slice"},
+    },
+    "accumulation_clip_per_slice_unseen": {
+        "kind": "mistake",
+        "cells": {"train_step": _SILENCE_CHECKS + _edit(
+            _TRAIN, ("    if max_grad_norm is not None:\n        torch.nn.utils.clip_grad_norm_(model.parameters(), "
+                     "max_grad_norm)\n    optimizer.step()\n", "    optimizer.step()\n"),
+            ("        loss = loss + part.detach() * len(logits) / b\n",
+             "        loss = loss + part.detach() * len(logits) / b\n        if max_grad_norm is not None:\n"
+             "            torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)\n"))},
+        "fails": {"test_train_step_accumulation_clipped": "clipped on their own"},
+    },
+    "accumulation_returns_last_slice_unseen": {
+        "kind": "mistake",
+        "cells": {"train_step": _SILENCE_CHECKS + _edit(_TRAIN, ("    return loss.item()\n", "    return part.item()\n"))},
+        "fails": {"test_train_step_accumulation": "one slice's", "test_train_step_accumulation_clipped": "one slice's"},
+    },
+    "accumulation_ignores_micro_batch_size": {
+        "kind": "mistake",
+        "cells": {"train_step": _edit(_TRAIN, ("    size = micro_batch_size or b\n", "    size = b\n"))},
+        "fails": {"test_train_step_accumulation": "the model read batches",
+                  "test_train_step_accumulation_clipped": "ran the model on batches"},
+    },
+    "accumulation_no_value_error": {
+        "kind": "mistake",
+        "cells": {"train_step": _edit(_TRAIN, ("    if micro_batch_size is not None and micro_batch_size < 1:\n"
+                                               "        raise ValueError(f'micro_batch_size={micro_batch_size} must be "
+                                               "at least 1')\n", ""))},
+        "fails": {"test_train_step_accumulation": "did not raise"},
     },
 }

@@ -5,8 +5,8 @@ import torch
 
 from attention_course import data
 from attention_grader.judging import G, Check, Expect, Program, compare, expect_value_error, raised_message
-from attention_grader.judges.common import (first_raised, forward_check, linear_state, shape_problem, tensor_of,
-                                            with_hint, with_later_tokens_changed)
+from attention_grader.judges.common import (ANY_VALUES, EXACT, first_raised, forward_check, linear_state,
+                                            shape_problem, tensor_of, with_hint, with_later_tokens_changed)
 
 BATCH = data.journey_batch()  # (2, 6, 3)
 LAYERS = ("W_query", "W_key", "W_value")
@@ -31,8 +31,9 @@ def keeps_input_check(what, function, x, *args, hint, input_hint, atol=1e-5):
 def causal_mask(inputs):
     p = Program()
     p.record(p.call(G("causal_mask"), 4), "the result",
-             "a bool tensor, True strictly above the diagonal: torch.triu(..., diagonal=1). torch.tril blocks the past "
-             "instead, and diagonal=0 would hide each token from itself")
+             "a bool tensor, True exactly where the key index is greater than the query index (strictly above the "
+             "diagonal); True below the diagonal blocks the past instead, and True on the diagonal hides each token "
+             "from itself")
     checks = [Check("causal_mask(4)", p)]
     for num_tokens in (1, 2, 5, 9, inputs.randint(3, 17)):
         p = Program()
@@ -280,6 +281,133 @@ def causal_self_attention_too_long(inputs):
     return checks
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Parts 5 and 6 (transfer): packed documents, a sliding window
+# ---------------------------------------------------------------------------------------------------------------
+
+INVERTED = ("True means blocked (this step's convention); a mask that is True where the query may look is the "
+            "opposite")
+
+
+def mask_judge(what, expected_of, mistakes, shape_hint, input_kept=False):
+    """A judge for a bool mask: its shape, dtype and entries against the reference, the likely mistake found by
+    comparing the student's entries with each wrong mask of `mistakes` ((mask, hint) pairs, built here)."""
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1], shape_hint if "size" in str(found[1].get("message", "")) else "")
+        if "tensor" not in got[0] or got[0]["tensor"]["shape"] != want[0]["tensor"]["shape"]:
+            return with_hint(compare(got[0], want[0], what, ANY_VALUES) or f"{what} has the wrong shape", shape_hint)
+        if got[0]["tensor"]["dtype"] != "bool":
+            return with_hint(f"{what} should be a bool tensor (True = blocked), got dtype "
+                             f"{str(got[0]['tensor']['dtype'])[:20]}", "build the mask from comparisons, which give "
+                                                                       "bool tensors, and combine them with | or &")
+        actual, expected = tensor_of(got[0]).bool(), expected_of()
+        if not torch.equal(actual, expected):
+            problem = f"{what} has the wrong entries ({int((actual != expected).sum())} differ)"
+            for wrong, hint in [(~expected, INVERTED)] + mistakes:
+                if torch.equal(actual, wrong.expand_as(actual)):
+                    return with_hint(problem, hint)
+            return problem
+        if input_kept:
+            return with_hint(compare(got[1], want[1], f"{what}: document_ids after the call", EXACT),
+                             "it changed document_ids: use out-of-place operations")
+        return None
+
+    return judge
+
+
+def later_keys(num_tokens):
+    index = torch.arange(num_tokens)
+    return index[None, :] > index[:, None]
+
+
+def packed_check(ids):
+    what = f"packed_causal_mask on document_ids of shape {tuple(ids.shape)}"
+    p = Program()
+    ids_ref = p.tensor(ids)
+    p.record(p.call(G("packed_causal_mask"), ids_ref), "the mask")
+    p.record(ids_ref, "document_ids after the call")
+    later = later_keys(ids.shape[-1])
+    other = ids.unsqueeze(-1) != ids.unsqueeze(-2)
+    earlier = later.transpose(-2, -1)
+    mistakes = [
+        (other, "a token must not see the later tokens of its own document either: block the keys after the query "
+                "as well as the other documents"),
+        (later.expand_as(other), "the tokens of other documents must be blocked too: compare the document id of the "
+                                 "query with that of the key"),
+        (later & other, "a key is blocked when it comes after the query OR belongs to another document (|, not &)"),
+        (earlier | other, "the future is the keys AFTER the query (key index j > query index i); this blocks the "
+                          "past"),
+        (later | ~other, "block the keys of OTHER documents (ids that differ), not those of the query's own"),
+    ]
+    judge = mask_judge(what, lambda: later | other, mistakes,
+                       "the mask is (..., T, T): keep the leading dimensions of document_ids and compare the ids "
+                       "along the last dimension only (one copy as a column, one as a row)", input_kept=True)
+    return Check(what, p, judge=judge)
+
+
+def random_documents(inputs, shape):
+    """(..., T) ids of packed documents: consecutive runs of arbitrary labels, a new run with probability 1/3."""
+    ids = torch.empty(shape, dtype=torch.long).view(-1, shape[-1])
+    for row in ids:
+        label = inputs.randint(0, 50)
+        for t in range(shape[-1]):
+            if t and inputs.randint(0, 3) == 0:
+                label = (label + inputs.randint(1, 50)) % 100
+            row[t] = label
+    return ids.view(shape)
+
+
+def packed_causal_mask(inputs):
+    cases = [torch.tensor([0, 0, 1, 1, 1]), torch.tensor([[4, 4, 4, 4], [4, 4, 9, 9]]), torch.tensor([7]),
+             torch.tensor([7, 7, 3, 3, 3, 8]), torch.tensor([0, 1, 2, 3]), torch.zeros(6, dtype=torch.long),
+             torch.tensor([[1, 1, 2], [5, 6, 6]], dtype=torch.int32)]
+    for shape in [(inputs.randint(5, 13),), (3, inputs.randint(4, 11)), (2, 2, inputs.randint(3, 9))]:
+        cases.append(random_documents(inputs, shape))
+    checks = [packed_check(ids) for ids in cases]
+    for bad, described in [(torch.tensor([0.0, 0.0, 1.0]), "float ids"), (torch.tensor(3), "a 0-dimensional tensor"),
+                           (torch.tensor([[1.0, 2.0]], dtype=torch.float64), "float64 ids")]:
+        p = Program()
+        p.call(G("packed_causal_mask"), p.tensor(bad))
+        checks.append(expect_value_error(f"packed_causal_mask on {described}", p, "document_ids"))
+    return checks
+
+
+def window_check(num_tokens, window):
+    what = f"sliding_window_causal_mask({num_tokens}, window={window})"
+    p = Program()
+    p.record(p.call(G("sliding_window_causal_mask"), num_tokens, window), "the mask")
+    index = torch.arange(num_tokens)
+    distance = index[:, None] - index[None, :]
+    mistakes = [
+        ((distance < 0) | (distance > window), f"off by one: the query itself counts as one of its {window} tokens, "
+                                               f"so it sees keys i - window + 1 to i (block j <= i - window)"),
+        ((distance < 0) | (distance >= window - 1), "off by one: each query sees exactly `window` keys, itself "
+                                                    "included"),
+        (distance.abs() >= window, "the window looks back only: block every key after the query too"),
+        (distance < 0, "the window is ignored: also block the keys `window` or more positions back"),
+        ((distance > 0) | (distance <= -window), "the future is the keys AFTER the query (j > i); this blocks the "
+                                                 "past"),
+    ]
+    judge = mask_judge(what, lambda: (distance < 0) | (distance >= window), mistakes,
+                       "one row per query and one column per key: (num_tokens, num_tokens)")
+    return Check(what, p, judge=judge)
+
+
+def sliding_window_causal_mask(inputs):
+    cases = [(5, 2), (4, 10), (1, 1), (6, 1), (7, 3), (8, 8), (9, 4)]
+    num_tokens = inputs.randint(5, 16)
+    cases += [(num_tokens, inputs.randint(2, num_tokens)), (inputs.randint(2, 6), inputs.randint(6, 12))]
+    checks = [window_check(t, w) for t, w in cases]
+    for num_tokens, window in [(4, 0), (6, -2)]:
+        p = Program()
+        p.call(G("sliding_window_causal_mask"), num_tokens, window)
+        checks.append(expect_value_error(f"sliding_window_causal_mask({num_tokens}, window={window})", p, "window"))
+    return checks
+
+
 def right_masks(largest):
     """Part 1's masks for every size up to `largest`: in the later parts a student's own causal_mask answers with
     these, so that a mistake of Part 1 costs Part 1's points only."""
@@ -291,7 +419,12 @@ STAND_INS = {"test_renormalized_causal_weights": functools.partial(right_masks, 
              "test_two_ways_agree": functools.partial(right_masks, 40),
              "test_causal_self_attention": functools.partial(right_masks, 16),
              "test_causal_self_attention_mask_buffer": functools.partial(right_masks, 16),
-             "test_causal_self_attention_too_long": functools.partial(right_masks, 16)}
+             "test_causal_self_attention_too_long": functools.partial(right_masks, 16),
+             "test_packed_causal_mask": functools.partial(right_masks, 16),
+             "test_sliding_window_causal_mask": functools.partial(right_masks, 16)}
+
+# Parts 5 and 6 ask for masks the lesson does not build, from their rule alone.
+TRANSFER = {"test_packed_causal_mask", "test_sliding_window_causal_mask"}
 
 CELLS = {
     "test_causal_mask": causal_mask,
@@ -301,4 +434,6 @@ CELLS = {
     "test_causal_self_attention": causal_self_attention,
     "test_causal_self_attention_mask_buffer": causal_self_attention_mask_buffer,
     "test_causal_self_attention_too_long": causal_self_attention_too_long,
+    "test_packed_causal_mask": packed_causal_mask,
+    "test_sliding_window_causal_mask": sliding_window_causal_mask,
 }

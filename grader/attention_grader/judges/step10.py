@@ -33,6 +33,8 @@ RESCALE_OUTPUT = ("the running output was computed with the old maximum too: mul
 POSITIONS = ("in the block that starts at `start`, key j is token start + j: compare start + j with the query's "
              "position, not j")
 ITSELF = "a query may see its own key: mask the keys whose position is greater than the query's, not equal"
+# elementary operations that correct submissions use (issue 35): element-wise maxima and tests, none a softmax route
+ELEMENTARY = {"fmax", "fmin", "all", "any", "isfinite", "isinf", "isneginf", "nan_to_num"}
 GENERIC_SOFTMAX = "m_new = max(m, block max); l = l * exp(m - m_new) + sum(exp(block - m_new)); at the end exp(x - m) / l"
 GENERIC_TILED = ("per block: s = queries @ keys_block^T / sqrt(d), m_new = max(m, s max), p = exp(s - m_new), "
                  "l = l * exp(m - m_new) + p sum, o = o * exp(m - m_new) + p @ values_block; at the end o / l")
@@ -190,7 +192,8 @@ def one_pass_check(x, block_size):
 
 
 def online_softmax(inputs):
-    checks = [*allow_only("online_softmax", "online_softmax", NO_SOFTMAX, extra={"logaddexp"}),
+    checks = [*allow_only("online_softmax", "online_softmax", NO_SOFTMAX, extra={"logaddexp"} | ELEMENTARY,
+                          methods=METHODS | ELEMENTARY),
               Check("online_softmax", source_rule=uses_block_size)]
     cases = [(f"online_softmax(attn_scores[1], block_size={b})", SCORES[1], b) for b in (1, 4, 5, 6, 7)]
     cases.append(("online_softmax(1000 * attn_scores, block_size=2)", 1000 * SCORES, 2))
@@ -215,8 +218,8 @@ def online_softmax(inputs):
 # ---------------------------------------------------------------------------------------------------------------
 
 def no_sdpa():
-    return allow_only("tiled_attention", "tiled_attention", NO_SDPA, extra={"logsumexp", "logaddexp"},
-                      methods=METHODS | {"logsumexp", "logaddexp"})
+    return allow_only("tiled_attention", "tiled_attention", NO_SDPA, extra={"logsumexp", "logaddexp"} | ELEMENTARY,
+                      methods=METHODS | {"logsumexp", "logaddexp"} | ELEMENTARY)
 
 
 def kernel_check(inputs, causal):
@@ -237,6 +240,63 @@ def kernel_check(inputs, causal):
         return dispatched(what, got[0], {"_softmax", "_log_softmax", "_safe_softmax", "softmax", "log_softmax"},
                           NO_SDPA) or with_hint(compare(got[1], want[1], f"{what}: the output",
                                                         Expect("", atol=1e-4, rtol=1e-4)), GENERIC_TILED)
+
+    return Check(what, p, judge=judge, mistakes=ATTENTION_MISTAKES)
+
+
+KEYS_AT_ONCE = ("an operation reads all the keys at once (blocks of queries against every key, or whole rows of "
+                "scores): FlashAttention's loop reads one block of keys at a time, keeps a running maximum, sum and "
+                "output per query, and rescales them by exp(m - m_new) when the maximum grows")
+TWO_PASS_TILED = ("the first pass over the key blocks computes only the maxima, and the exponentials come in a second "
+                  "pass: that is a two-pass softmax. The online algorithm computes each block's exponentials as soon "
+                  "as it reads the block, and rescales the running sum and output by exp(m - m_new) when the maximum "
+                  "grows")
+EXPONENTIALS = ("exp", "logaddexp", "logsumexp", "sigmoid", "log_sigmoid", "softplus")
+
+
+def key_blocks_check(inputs, causal):
+    """tiled_attention traced in the kernel, watching the keys: each block of keys is read on its own, and the first
+    exponentials come before the last block is read (the online algorithm; a teaching check: a student who replaces
+    the probe could forge the trace)."""
+    num_tokens, d, block_size = 12, 4, 3
+    what = (f"tiled_attention on random ({num_tokens}, {d}) inputs, block_size={block_size}"
+            + (", causal=True" if causal else "") + ", watched operation by operation")
+    p = Program()
+    q, k, v = (p.tensor(inputs.randn(num_tokens, d)) for _ in range(3))
+    p.record(p.call(G("tiled_attention"), q, k, v, block_size, trace=1, **({"causal": True} if causal else {})),
+             "the output", GENERIC_TILED)
+    count = -(-num_tokens // block_size)
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1])
+        trace = got[0].get("trace") if isinstance(got[0], dict) else None
+        if not isinstance(trace, dict) or not isinstance(trace.get("ops"), list) or not isinstance(trace.get("reads"),
+                                                                                                  list):
+            return f"{what}: its operations were not recorded"
+        ops, first, wide = trace["ops"], {}, []
+        for read in trace["reads"]:
+            if not (isinstance(read, list) and len(read) == 3 and all(isinstance(n, int) for n in read)):
+                return f"{what}: its operations were not recorded"
+            index, start, stop = read
+            if not 0 <= index < len(ops) or str(ops[index]) in OpTrace.COPIES or stop <= start:
+                continue
+            low, high = start // d // block_size, (stop - 1) // d // block_size
+            if low == high:
+                first.setdefault(low, index)
+            else:
+                wide.append(index)
+        missing = [block for block in range(count) if block not in first]
+        if missing or (wide and min(wide) < first[count - 1]):
+            return with_hint(f"{what}: it reads all the keys at once"
+                             + (f", and no operation reads key block {missing[0]} alone" if missing else ""),
+                             KEYS_AT_ONCE)
+        between = ops[first[0]:first[count - 1]]
+        if not any(str(op).startswith(EXPONENTIALS) for op in between):
+            return with_hint(f"{what}: it reads every key block before computing any exponential", TWO_PASS_TILED)
+        return with_hint(compare(got[1], want[1], f"{what}: the output", Expect("", atol=1e-4, rtol=1e-4)),
+                         GENERIC_TILED)
 
     return Check(what, p, judge=judge, mistakes=ATTENTION_MISTAKES)
 
@@ -263,7 +323,7 @@ def attention_checks(inputs, causal):
                        atol=2e-3, rtol=1e-3, **({"causal": True} if causal else {}))
     check.mistakes = ATTENTION_MISTAKES
     checks.append(check)
-    return checks + [kernel_check(inputs, causal)]
+    return checks + [kernel_check(inputs, causal), key_blocks_check(inputs, causal)]
 
 
 def tiled_attention(inputs):
@@ -320,10 +380,112 @@ def tiled_attention_arguments(inputs):
     return checks
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Part 3: merge_attention (transfer: the lesson adds one block at a time to a running maximum and sum; here two
+# finished partial results, each normalised by its own denominator and described by its log-sum-exp, are merged)
+# ---------------------------------------------------------------------------------------------------------------
+
+MERGE_HINT = ("each worker's output is normalised by its own denominator exp(lse): weigh it by its share of the two "
+              "denominators, exp(lse_a - top) and exp(lse_b - top) with top the larger lse; the merged lse is "
+              "top + log of their sum")
+NAIVE_EXP = ("exp(lse) overflows to inf once the scores are in the hundreds: exponentiate only the difference of each "
+             "lse to the larger one, as Part 1 does with the running maximum")
+EQUAL_AVERAGE = ("the two outputs were averaged with equal weights: each must count by its share of the two "
+                 "denominators, exp(lse_a) and exp(lse_b), computed stably")
+BOTH_EMPTY = ("a query that sees no key at all has lse_a = lse_b = -inf, and -inf - (-inf) is nan: give it an output "
+              "row of zeros and lse = -inf")
+LSE_MAX = "the merged lse is log(exp(lse_a) + exp(lse_b)), not the larger of the two"
+
+
+def worker(queries, keys, values, first, causal):
+    """A worker's partial result over its keys (tokens first, first + 1, ...), in float64: (out, lse)."""
+    scores = queries @ keys.transpose(-2, -1) * queries.shape[-1] ** -0.5
+    if causal:
+        positions = torch.arange(first, first + keys.shape[-2])
+        scores = scores.masked_fill(positions > torch.arange(queries.shape[-2])[:, None], float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    return torch.nan_to_num(torch.exp(scores - lse[..., None])) @ values, lse
+
+
+def _merge(out_a, lse_a, out_b, lse_b, naive=False, equal=False, guard=True, lse_max=False):
+    top = torch.maximum(lse_a, lse_b)
+    if guard:
+        top = torch.where(torch.isinf(top), torch.zeros_like(top), top)
+    if naive:
+        top = torch.zeros_like(top)
+    weight_a, weight_b = torch.exp(lse_a - top), torch.exp(lse_b - top)
+    total = weight_a + weight_b
+    if equal:
+        merged = (out_a + out_b) / 2
+    else:
+        merged = (weight_a[..., None] * out_a + weight_b[..., None] * out_b) / (
+            total.clamp_min(1e-30) if guard else total)[..., None]
+    return merged, torch.maximum(lse_a, lse_b) if lse_max else top + torch.log(total)
+
+
+MERGE_MISTAKES = tuple((hint, {"merge_attention": functools.partial(_merge, **wrong)}) for hint, wrong in (
+    (NAIVE_EXP, {"naive": True}), (EQUAL_AVERAGE, {"equal": True}), (BOTH_EMPTY, {"guard": False}),
+    (LSE_MAX, {"lse_max": True})))
+
+
+def merge_check(inputs, leading, num_tokens, d, split, causal, scale=1.0, swap=False):
+    queries = inputs.randn(*leading, num_tokens, d, scale=scale).double()
+    keys, values = inputs.randn(*leading, num_tokens, d).double(), inputs.randn(*leading, num_tokens, d).double()
+    a = worker(queries, keys[..., :split, :], values[..., :split, :], 0, causal)
+    b = worker(queries, keys[..., split:, :], values[..., split:, :], split, causal)
+    if swap:
+        a, b = b, a
+    what = (f"merge_attention on two workers' results over keys {'0-' + str(split - 1)} and {split}-{num_tokens - 1} "
+            f"of random {tuple(queries.shape)} queries{', causal' if causal else ''}"
+            f"{', scores in the thousands' if scale > 1 else ''}{', workers swapped' if swap else ''}")
+    check = call_check(what, "merge_attention", a[0], a[1], b[0], b[1], hint=MERGE_HINT, atol=1e-6, rtol=1e-6)
+    check.mistakes = MERGE_MISTAKES
+    return check
+
+
+def empty_check(inputs):
+    """Rows that see no key of either worker (and rows that see one worker's keys only)."""
+    num_tokens, d = 5, 3
+    out_a, out_b = inputs.randn(2, num_tokens, d).double(), inputs.randn(2, num_tokens, d).double()
+    lse_a, lse_b = inputs.randn(2, num_tokens).double(), inputs.randn(2, num_tokens).double()
+    lse_a[0, :2] = lse_b[0, :2] = float("-inf")
+    lse_b[1, 2:] = float("-inf")
+    out_a[0, :2] = out_b[0, :2] = 0.0
+    out_b[1, 2:] = 0.0
+    check = call_check("merge_attention on rows where a worker, or both, saw no key (lse = -inf, output row zero)",
+                       "merge_attention", out_a, lse_a, out_b, lse_b, hint=BOTH_EMPTY, atol=1e-6, rtol=1e-6)
+    check.mistakes = MERGE_MISTAKES
+    return check
+
+
+def merge_attention(inputs):
+    checks = [merge_check(inputs, *case) for case in [
+        ((), 6, 4, 3, False), ((2,), 7, 5, 2, False), ((1, 2), 8, 4, 5, True), ((3,), 5, 6, 1, True),
+        ((2,), 9, 3, 4, True, 1.0, True), ((), 6, 8, 3, False, 3000.0), ((2,), 7, 4, 4, True, 2000.0, True)]]
+    num_tokens = inputs.randint(3, 10)
+    checks.append(merge_check(inputs, (inputs.randint(1, 3),), num_tokens, inputs.randint(2, 7),
+                              inputs.randint(1, num_tokens), bool(inputs.randint(0, 2))))
+    checks.append(empty_check(inputs))
+    for name in ("lse_a", "lse_b"):
+        p = Program()
+        out, lse = p.tensor(inputs.randn(2, 4, 3).double()), p.tensor(inputs.randn(2, 4).double())
+        short = p.tensor(inputs.randn(2, 3).double())
+        args = (out, short, out, lse) if name == "lse_a" else (out, lse, out, short)
+        p.call(G("merge_attention"), *args)
+        checks.append(expect_value_error(f"merge_attention with {name} of shape (2, 3) for outputs (2, 4, 3)", p,
+                                         name))
+    return checks
+
+
 CELLS = {
     "test_online_softmax": online_softmax,
     "test_tiled_attention": tiled_attention,
     "test_tiled_attention_causal": tiled_attention_causal,
     "test_tiled_attention_memory": tiled_attention_memory,
     "test_tiled_attention_arguments": tiled_attention_arguments,
+    "test_merge_attention": merge_attention,
 }
+
+# Part 3 applies the online softmax's rescaling to merging two finished partial results (split keys, as in
+# FlashDecoding and ring attention), described by their log-sum-exp: the lesson only adds one block at a time.
+TRANSFER = {"test_merge_attention"}

@@ -12,10 +12,12 @@ import re
 
 import torch
 
+from attention_course.probe import decode_tensor
+
 from attention_grader.judging import (G, Check, Program, _kind, call_check, compare, default_judge,
                                       expect_value_error, raised_message)
 from attention_grader.judges.common import (ANY_VALUES, dropout_check, first_raised, linear_state, random_chunks,
-                                            tensor_of, with_hint, with_other_hint)
+                                            shape_problem, tensor_of, with_hint, with_other_hint)
 
 INTERLEAVED = ("the pairs are interleaved (x[2i], x[2i + 1]), the RoFormer paper's convention; this course uses "
                "rotate-half pairs (x[i], x[i + head_dim/2]), as Hugging Face's Llama does")
@@ -127,7 +129,43 @@ def apply_rope(inputs):
         p = Program()
         p.call(G("apply_rope"), p.tensor(torch.zeros(shape)), p.tensor(torch.arange(shape[-2])))
         checks.append(expect_value_error(f"apply_rope on a {shape} tensor (head_dim {shape[-1]})", p, "head_dim"))
+    checks.append(bfloat16_check(inputs))
     return checks
+
+
+BFLOAT16 = ("an angle of thousands of radians in bfloat16 (8 bits of mantissa) is off by whole radians: compute the "
+            "angles, cos and sin in float32 (or float64) and cast the result to x's dtype at the end")
+
+
+def bfloat16_check(inputs):
+    """In bfloat16 at positions up to 4,096: within a few hundredths of the float64 rotation of the same numbers."""
+    num_tokens, head_dim = 24, 2 * inputs.randint(8, 33)
+    x = inputs.randn(2, 2, num_tokens, head_dim).to(torch.bfloat16)
+    positions = torch.tensor(sorted(inputs.randint(1000, 4097) for _ in range(num_tokens)))
+    what = f"apply_rope on a random bfloat16 {tuple(x.shape)} tensor at positions between 1,000 and 4,096"
+    p = Program()
+    p.record(p.call(G("apply_rope"), p.tensor(x), p.tensor(positions)), "the result")
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1])
+        problem = shape_problem(got[0], want[0], f"{what}: the result", "return a tensor of x's shape")
+        if problem:
+            return problem
+        if got[0]["tensor"]["dtype"] != "bfloat16":
+            return with_hint(f"{what}: the result has dtype {str(got[0]['tensor']['dtype'])[:20]}, expected "
+                             "bfloat16", "compute in float32 if you like, but return x's dtype")
+        actual, expected = tensor_of(got[0]), tensor_of(want[0])
+        if not torch.isfinite(actual).all():
+            return with_hint(f"{what}: the result contains nan or inf", BFLOAT16)
+        largest = (actual - expected).abs().max().item()
+        if not torch.allclose(actual, expected, atol=0.05, rtol=0.02):
+            return with_hint(f"{what}: the result is off by up to {largest:.3g} (allowed: 0.05 + 2% of the exact "
+                             "value)", BFLOAT16)
+        return None
+
+    return Check(what, p, judge=judge)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -380,9 +418,196 @@ def grouped_query_attention_arguments(inputs):
                               "use_cache=True", (4, 8, 4, 0.0, 2, 2), ["context_length"], chunks=[2, 1, 2])]
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Part 4: a left-padded batch (transfer: the lesson shows the padding mask and the nan of a fully blocked row on bare
+# scores; here they go into grouped-query attention with RoPE, through the backward pass too)
+# ---------------------------------------------------------------------------------------------------------------
+
+KEYS_NOT_BLOCKED = ("a real token attends to the fillers: block the padded keys (the columns of the scores) for every "
+                    "query of their sequence, in every head")
+PAD_NAN = ("a filler query of a left-padded row sees no key: softmax of a row of -inf is nan; no row may reach "
+           "softmax fully blocked (or its output must not come from it)")
+PAD_NOT_ZERO = "the output rows of padded positions must be zeros, all d_out numbers"
+PAD_BIAS = ("the padded rows equal out_proj's bias: they were zeroed before out_proj; the output rows themselves must "
+            "be zero")
+PAD_GRADS = ("a fully blocked row gives nan weights in the forward pass, and backward multiplies by them even where "
+             "the row's output was replaced afterwards (0 * nan = nan): no row may reach softmax fully blocked")
+PAD_HINT = ("block the padded keys for every query of their sequence, keep every row finite, zero the padded output "
+            "rows; RoPE scores depend only on distances, so the real tokens need no other positions")
+PAD_ARGUMENT = "padding_mask"
+
+
+def padded_lengths(inputs, b, num_tokens, where):
+    """The padding of a batch: `where` is "left", "right" or "none"; one sequence of a left batch may be all padding."""
+    if where == "none":
+        return torch.zeros(b, num_tokens, dtype=torch.bool)
+    lengths = [inputs.randint(1, num_tokens + 1) for _ in range(b)]
+    lengths[0] = inputs.randint(1, num_tokens)  # at least one filler
+    if where == "left" and b > 2:
+        lengths[-1] = 0
+    positions, ends = torch.arange(num_tokens)[None, :], torch.tensor(lengths)[:, None]
+    return positions >= ends if where == "right" else positions < num_tokens - ends
+
+
+def padded_attention(rotated, values, state, num_heads, pad, *, block_keys=True, kv_order="grouped",
+                     rotate_values=False):
+    """The module's output on a padded batch, computed here from the student's own rotations (queries, keys,
+    values rotated at positions 0 .. T-1): fillers' keys blocked, filler rows zero."""
+    queries, keys, rotated_values = rotated
+    values = rotated_values if rotate_values else values
+    group = num_heads // keys.shape[1]
+    reads = [h // group if kv_order == "grouped" else h % keys.shape[1] for h in range(num_heads)]
+    keys, values = keys[:, reads], values[:, reads]
+    num_tokens = queries.shape[2]
+    scores = queries @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5
+    hidden = torch.ones(num_tokens, num_tokens, dtype=torch.bool).triu(1)
+    if block_keys:
+        hidden = hidden | pad[:, None, None, :]
+    hidden = hidden & ~hidden.all(-1, keepdim=True)
+    weights = scores.masked_fill(hidden, float("-inf")).softmax(-1)
+    merged = (weights @ values).transpose(1, 2).flatten(2)
+    out = merged @ state["out_proj.weight"].double().T + state["out_proj.bias"].double()
+    return out.masked_fill(pad[..., None], 0.0)
+
+
+def padded_check(inputs, d_in, d_out, heads, kv_heads, num_tokens, b, bias, base, where):
+    cls = "GroupedQueryAttention"
+    head_dim = d_out // heads
+    context = num_tokens + inputs.randint(0, 3)
+    built = (f"{cls}({d_in}, {d_out}, {context}, 0.5, num_heads={heads}, num_kv_heads={kv_heads}, qkv_bias={bias}, "
+             f"rope_base={base}) in eval mode")
+    state = gqa_state(inputs, d_in, d_out, kv_heads * head_dim, bias)
+    x = inputs.randn(b, num_tokens, d_in)
+    pad = padded_lengths(inputs, b, num_tokens, where)
+    padding = {"left": "left-padded", "right": "right-padded", "none": "unpadded"}[where]
+    what = f"{built} on a random {padding} batch {tuple(x.shape)} with padding_mask"
+    p = Program()
+    module = p.call(G(cls), d_in, d_out, context, 0.5, heads, kv_heads, qkv_bias=bias, rope_base=base)
+    p.record(module, "its parameters", PARAMETERS, kind="parameters")
+    p.load(module, state, hint=PARAMETERS)
+    p.call(module.attr("eval"))
+    p.record(p.call(module, p.tensor(x), padding_mask=p.tensor(pad)), "the output", PAD_HINT, atol=1e-5, rtol=1e-5)
+    queries, keys, values = (heads_of(x, state, name, n) for name, n in (("W_query", heads), ("W_key", kv_heads),
+                                                                        ("W_value", kv_heads)))
+    positions = p.tensor(torch.arange(num_tokens))
+    for projected in (queries, keys, values):
+        p.record(p.call(G("apply_rope"), p.tensor(projected.float()), positions, base=base),
+                 "apply_rope of the module's projections", atol=float("inf"))
+    bias_row = state["out_proj.bias"].double()
+
+    def judge(got, want):
+        problem = default_judge(check, got[:3], want[:3])
+        if problem is None:
+            return None
+        found = first_raised(got[:3])
+        if found or len(got) < 3 or _kind(got[2]) != "tensor" or compare(got[0], want[0], "", ANY_VALUES):
+            return problem
+        out = tensor_of(got[2])
+        if tuple(out.shape) != (b, num_tokens, d_out):
+            return problem
+        if not torch.isfinite(out).all():
+            return with_other_hint(f"{what}: the output contains nan or inf", PAD_NAN)
+        if pad.any() and not torch.equal(out[pad], torch.zeros_like(out[pad])):
+            if torch.allclose(out[pad], bias_row.expand_as(out[pad]), atol=1e-5):
+                return with_other_hint(f"{what}: the output rows of padded positions are not zero", PAD_BIAS)
+            return with_other_hint(f"{what}: the output rows of padded positions are not zero", PAD_NOT_ZERO)
+        rotations = got[3:]
+        if len(rotations) != 3 or not all(_kind(r) == "tensor" for r in rotations):
+            return problem
+        try:
+            rotated = tuple(tensor_of(r) for r in rotations)
+            if not all(r.shape == t.shape for r, t in zip(rotated, (queries, keys, values))):
+                return problem
+
+            def computes(**variant):
+                expected = padded_attention(rotated, values, state, heads, pad, **variant)
+                return torch.allclose(out, expected, atol=1e-4, rtol=1e-4)
+
+            if computes():
+                return None  # right, given the student's own apply_rope (Part 1 is graded there)
+            for variant, hint in (({"block_keys": False}, KEYS_NOT_BLOCKED), ({"rotate_values": True}, ROPE_ON_VALUES),
+                                  ({"kv_order": "repeated"}, WRONG_ORDER)):
+                if computes(**variant):
+                    return with_other_hint(problem, hint)
+        except (RuntimeError, ValueError, IndexError, KeyError):
+            return problem
+        return problem
+
+    check = Check(what, p, judge=judge, mistakes=((INTERLEAVED, {"apply_rope": interleaved_rope}),
+                                                  (REVERSED, {"apply_rope": reversed_rope}),
+                                                  (NO_ROPE, {"apply_rope": no_rope})))
+    return check
+
+
+def gradient_check(inputs, d_in, d_out, heads, kv_heads, num_tokens, b):
+    """A training step on a left-padded batch (one sequence all padding): every gradient finite."""
+    cls = "GroupedQueryAttention"
+    state = gqa_state(inputs, d_in, d_out, kv_heads * (d_out // heads), True)
+    x = inputs.randn(b, num_tokens, d_in)
+    pad = padded_lengths(inputs, b, num_tokens, "left")
+    what = (f"{cls}({d_in}, {d_out}, {num_tokens}, 0.0, {heads}, {kv_heads}, qkv_bias=True) in train mode: "
+            f"backward of the output's sum on a random left-padded batch {tuple(x.shape)}")
+    p = Program()
+    module = p.call(G(cls), d_in, d_out, num_tokens, 0.0, heads, kv_heads, qkv_bias=True)
+    p.load(module, state, hint=PARAMETERS)
+    p.call(module.attr("train"))
+    out = p.call(module, p.tensor(x), padding_mask=p.tensor(pad), grad=True)
+    p.call(p.call(out.attr("sum"), grad=True).attr("backward"), grad=True)
+    p.record(module, "its gradients", kind="grads")
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1], PAD_HINT)
+        if len(got) < 2 or _kind(got[1]) != "grads":
+            return f"{what}: stopped before its gradients"
+        grads = got[1]["grads"]
+        missing = sorted(name for name in want[1]["grads"] if grads.get(name) is None)
+        if missing:
+            return with_hint(f"{what}: no gradient reached {', '.join(map(str, missing[:4]))}",
+                             "the output must come from the layers W_query, W_key, W_value and out_proj")
+        broken = sorted(name for name, grad in grads.items()
+                        if grad is not None and not torch.isfinite(decode_tensor(grad, torch.float64)).all())
+        if broken:
+            return with_hint(f"{what}: the gradients of {', '.join(map(str, broken[:4]))} hold nan or inf", PAD_GRADS)
+        return None
+
+    return Check(what, p, judge=judge)
+
+
+def padding_argument_check(what, call_kwargs, mask_shape):
+    p = Program()
+    module = p.call(G("GroupedQueryAttention"), 3, 8, 6, 0.0, 4, 2)
+    p.call(module, p.tensor(torch.zeros(2, 4, 3)), padding_mask=p.tensor(torch.zeros(mask_shape, dtype=torch.bool)),
+           **call_kwargs)
+    return expect_value_error(what, p, PAD_ARGUMENT)
+
+
+def gqa_padding(inputs):
+    checks = [padded_check(inputs, *case) for case in [
+        (6, 8, 4, 2, 7, 3, False, 10000.0, "left"), (5, 12, 6, 3, 6, 2, True, 10000.0, "left"),
+        (4, 8, 2, 2, 5, 3, False, 500.0, "left"), (7, 12, 3, 1, 8, 4, True, 10000.0, "left"),
+        (3, 16, 4, 1, 6, 2, False, 100.0, "right"), (5, 16, 8, 4, 7, 3, True, 10000.0, "right"),
+        (6, 8, 4, 2, 5, 2, False, 10000.0, "none")]]
+    checks.append(gradient_check(inputs, 5, 8, 4, 2, 6, 3))
+    checks.append(gradient_check(inputs, 4, 12, 6, 3, 5, 4))
+    checks.append(padding_argument_check("GroupedQueryAttention(3, 8, 6, 0.0, 4, 2) on (2, 4, 3) with use_cache=True "
+                                         "and a padding_mask", {"use_cache": True}, (2, 4)))
+    checks.append(padding_argument_check("GroupedQueryAttention(3, 8, 6, 0.0, 4, 2) on (2, 4, 3) with a (2, 3) "
+                                         "padding_mask", {}, (2, 3)))
+    checks.append(padding_argument_check("GroupedQueryAttention(3, 8, 6, 0.0, 4, 2) on (2, 4, 3) with a (4,) "
+                                         "padding_mask", {}, (4,)))
+    return checks
+
+
 CELLS = {
     "test_apply_rope": apply_rope,
     "test_padding_mask": padding_mask,
     "test_grouped_query_attention": grouped_query_attention,
     "test_grouped_query_attention_arguments": grouped_query_attention_arguments,
+    "test_gqa_padding": gqa_padding,
 }
+
+# Part 4 applies the lesson's padding mask and its fully blocked rows to grouped-query attention with RoPE (which
+# positions the real tokens of a left-padded row need, and a backward pass the lesson never takes).
+TRANSFER = {"test_gqa_padding"}

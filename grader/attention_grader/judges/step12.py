@@ -14,7 +14,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from attention_grader.judging import G, Check, Program, compare, default_judge, expect_value_error, generator
+from attention_grader.judging import G, Check, Program, _kind, compare, default_judge, expect_value_error, generator
 from attention_grader.judges.common import (attention_state, first_raised, linear_state, random_chunks, tensor_of,
                                             with_hint, with_other_hint)
 
@@ -594,6 +594,145 @@ def train_step_checks(inputs):
                                                     (6, 2, 5, 2, 1.0, "SGD", 0.05), (4, 3, 6, 3, 0.1, "AdamW", 0.5)]]
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Part 6: train_step with micro_batch_size (transfer: the lesson trains on whole batches; here the batch's mean loss
+# is split into slices whose gradients must add up to the whole batch's, with one clipping and one step)
+# ---------------------------------------------------------------------------------------------------------------
+
+UNWEIGHTED = ("the slices' gradients were added unweighted: each slice's cross-entropy is a mean over its own "
+              "positions, so weight it by its share of the batch (its sequences / b) before backward")
+EQUAL_WEIGHTS = ("each slice was weighted 1 / (number of slices): the last slice is smaller, so weight each by its "
+                 "number of sequences / b")
+ZERO_GRAD_PER_SLICE = ("the gradients were cleared before every slice, so only the last slice's remain: clear them "
+                       "once, before the first slice")
+STEP_PER_SLICE = "the optimizer stepped after every slice: accumulate all the slices' gradients, then step once"
+CLIP_PER_SLICE = ("each slice's gradients were clipped on their own: clip once, the whole batch's gradients, after "
+                  "the last slice")
+LAST_LOSS = "the loss returned is one slice's: return the whole batch's mean, the slices' losses weighted by their size"
+NOT_CLEARED = ("the old gradients are not cleared, so the previous call's gradients add to this one's: clear them once "
+               "per call, before the first slice")
+NOT_CLIPPED = ("the gradients are not clipped, or clipped where it changes nothing: clip the accumulated gradients "
+               "after the last slice and before the step")
+ACCUMULATION_HINT = ("every slice adds (its mean loss x its sequences / b) to the gradients; clear them once before, "
+                     "clip and step once after")
+
+
+def _slices(inputs, size):
+    return [(start, min(start + size, inputs.shape[0])) for start in range(0, inputs.shape[0], size)]
+
+
+def _accumulate(model, optimizer, inputs, targets, max_grad_norm, micro_batch_size, *, weight="share",
+                clear_each=False, step_each=False, clip_each=False, last_loss=False, clear=True, clip=True,
+                loss_weight="share"):
+    """A train_step with micro-batches, right (the defaults) or with one known mistake."""
+    b = inputs.shape[0]
+    spans = _slices(inputs, micro_batch_size or b)
+    if clear:
+        optimizer.zero_grad()
+    total, part = 0.0, None
+    for start, end in spans:
+        if clear_each:
+            optimizer.zero_grad()
+        part = F.cross_entropy(model(inputs[start:end]).flatten(0, 1), targets[start:end].flatten())
+        scales = {"share": (end - start) / b, "none": 1.0, "equal": 1 / len(spans)}
+        (part * scales[weight]).backward()
+        total += float(part) * scales[loss_weight]
+        if clip_each and max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=max_grad_norm)
+        if step_each:
+            optimizer.step()
+            optimizer.zero_grad()
+    if max_grad_norm is not None and clip and not clip_each:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=max_grad_norm)
+    if not step_each:
+        optimizer.step()
+    return float(part) if last_loss else total
+
+
+def _mistaken(**mistake):
+    def train_step(model, optimizer, inputs, targets, max_grad_norm=None, micro_batch_size=None):
+        return _accumulate(model, optimizer, inputs, targets, max_grad_norm, micro_batch_size, **mistake)
+    return train_step
+
+
+ACCUMULATION_MISTAKES = ((UNWEIGHTED, {"train_step": _mistaken(weight="none")}),
+                         (UNWEIGHTED, {"train_step": _mistaken(weight="none", loss_weight="none")}),
+                         (EQUAL_WEIGHTS, {"train_step": _mistaken(weight="equal")}),
+                         (EQUAL_WEIGHTS, {"train_step": _mistaken(weight="equal", loss_weight="equal")}),
+                         (ZERO_GRAD_PER_SLICE, {"train_step": _mistaken(clear_each=True)}),
+                         (STEP_PER_SLICE, {"train_step": _mistaken(step_each=True)}),
+                         (CLIP_PER_SLICE, {"train_step": _mistaken(clip_each=True)}),
+                         (LAST_LOSS, {"train_step": _mistaken(last_loss=True)}),
+                         (NOT_CLEARED, {"train_step": _mistaken(clear=False)}),
+                         (NOT_CLIPPED, {"train_step": _mistaken(clip=False)}))
+
+
+def accumulation_check(inputs, vocab, b, num_tokens, micro, lr, optimizer="SGD", clip=None, steps=1):
+    """train_step with micro_batch_size on a BigramModel: the model reads at most `micro` sequences a call, each once;
+    the losses and the weights after `steps` calls are the whole batch's."""
+    clipped = "" if clip is None else f", max_grad_norm={clip}"
+    what = (f"{steps} call(s) of train_step(model, optimizer, inputs, targets{clipped}, micro_batch_size={micro}) "
+            f"with a BigramModel({vocab}, {num_tokens}), {optimizer}(lr={lr}) and random ids ({b}, {num_tokens})")
+    p = Program()
+    model, _ = bigram(p, inputs, vocab, num_tokens, scale=1.0)
+    step_rule = p.call(G("torch").attr("optim").attr(optimizer), p.call(model.attr("parameters")), lr=lr)
+    ids = torch.tensor([[inputs.randint(0, vocab) for _ in range(num_tokens + 1)] for _ in range(b)])
+    x, y = p.tensor(ids[:, :-1]), p.tensor(ids[:, 1:])
+    kwargs = {"micro_batch_size": micro, **({} if clip is None else {"max_grad_norm": clip})}
+    for step in range(steps):
+        p.record(p.call(G("train_step"), model, step_rule, x, y, grad=True, inputs_of={"model": model}, **kwargs),
+                 f"the loss returned by call {step + 1}", ACCUMULATION_HINT, atol=1e-4, rtol=1e-4)
+    p.record(model, "the weights after the steps", ACCUMULATION_HINT, kind="state", atol=1e-4, rtol=1e-4)
+
+    def judge(got, want):
+        # records: loaded, then per call (what the model read, the loss), then the state
+        for index in range(steps):
+            seen = got[1 + 2 * index] if len(got) > 1 + 2 * index else None
+            if seen is None or "raised" in seen:
+                break
+            if _kind(seen) != "inputs_of":
+                return f"{what}: the records of this check are malformed"
+            shapes = seen["inputs_of"].get("model") or []
+            sizes = [shape[0] if isinstance(shape, list) and shape else None for shape in shapes]
+            if (not sizes or any(not isinstance(n, int) or n > micro or n < 1 for n in sizes)
+                    or sum(sizes) != b):
+                return (f"{what}: call {index + 1} ran the model on batches of {sizes[:12]} sequences\n  likely "
+                        f"mistake: slice the batch along its first dimension, at most micro_batch_size sequences "
+                        "per call, each sequence once")
+        flat_got = [r for i, r in enumerate(got) if not (i % 2 == 1 and i < 1 + 2 * steps and _kind(r) == "inputs_of")]
+        flat_want = [r for i, r in enumerate(want) if not (i % 2 == 1 and i < 1 + 2 * steps and _kind(r) == "inputs_of")]
+        return default_judge(check_without_shapes, flat_got, flat_want)
+
+    check = Check(what, p, judge=judge, mistakes=ACCUMULATION_MISTAKES)
+    check_without_shapes = Check(what, Program())
+    check_without_shapes.program.expects = [e for e in p.expects if e.label != "the inputs its layers saw"]
+    return check
+
+
+def micro_value_error_check():
+    p = Program()
+    model = p.call(G("BigramModel"), 4, 5)
+    step_rule = p.call(G("torch").attr("optim").attr("SGD"), p.call(model.attr("parameters")), lr=0.1)
+    ids = p.tensor(torch.zeros(3, 4, dtype=torch.long))
+    p.call(G("train_step"), model, step_rule, ids, ids, grad=True, micro_batch_size=0)
+    return expect_value_error("train_step(model, optimizer, inputs, targets, micro_batch_size=0)", p,
+                              "micro_batch_size")
+
+
+def accumulation_checks(inputs):
+    checks = [accumulation_check(inputs, *case) for case in [
+        (5, 6, 4, 2, 1.0), (6, 7, 3, 3, 1.0), (4, 5, 5, 1, 0.5), (7, 4, 6, 4, 1.0), (5, 8, 3, 8, 1.0),
+        (6, 5, 4, 3, 0.05, "AdamW", None, 3), (4, 3, 5, 5, 1.0)]]
+    checks.append(micro_value_error_check())
+    return checks
+
+
+def accumulation_clipped_checks(inputs):
+    return [accumulation_check(inputs, *case) for case in [
+        (5, 7, 4, 3, 1.0, "SGD", 0.05), (6, 5, 5, 2, 1.0, "SGD", 0.02), (4, 6, 3, 4, 1.0, "SGD", 0.1),
+        (5, 9, 4, 2, 0.05, "AdamW", 0.5, 2), (7, 4, 6, 5, 1.0, "SGD", 1e-3)]]
+
+
 CELLS = {
     "test_multi_head_attention": multi_head_attention,
     "test_transformer_block": transformer_block,
@@ -601,4 +740,10 @@ CELLS = {
     "test_tiny_gpt_cache": tiny_gpt_cache,
     "test_generate": generate_checks,
     "test_train_step": train_step_checks,
+    "test_train_step_accumulation": accumulation_checks,
+    "test_train_step_accumulation_clipped": accumulation_clipped_checks,
 }
+
+# Part 6 splits the lesson's whole-batch training step into micro-batches that must give the same step (weights of
+# unequal slices, one clear, one clip, one step): a case the lesson does not work through.
+TRANSFER = {"test_train_step_accumulation", "test_train_step_accumulation_clipped"}
