@@ -25,7 +25,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "artifacts" / "browser"
 STEP = "01_dot_product_scores"
 CORRECT = {
-    "def attention_scores_for_query": "def attention_scores_for_query(inputs, query):\n    return inputs @ query\n",
+    "def attention_scores_for_query": "def attention_scores_for_query(inputs, query):\n    return (inputs @ query.unsqueeze(-1)).squeeze(-1)\n",
     "def attention_scores(inputs)": "def attention_scores(inputs):\n    return inputs @ inputs.transpose(-2, -1)\n",
     "def cross_attention_scores": "def cross_attention_scores(queries, keys):\n    if keys.shape[-1] != queries.shape[-1]:\n"
                                   "        raise ValueError('keys: last dimension differs')\n"
