@@ -173,10 +173,8 @@ class Zygote:
         # A notebook's processes share the zygote's pages; their share counts towards the tree's memory, so the
         # tree may hold the memory limit plus that much.
         self.size = sum(map(_memory, self.own))
-        # what the executor's own processes see: a notebook's process must keep one of these roots, and their
-        # memory-backed file systems are the executor's, not the notebook's
+        # a notebook's process must keep one of the roots the executor's own processes have
         self.roots = {_identity(f"/proc/{pid}/root") for pid in self.own} - {None}
-        self.own_file_systems = {device for pid in self.own for device, _, _ in _memory_file_systems(pid)}
         if ready is None or ready.get("ready") is not True:
             self.process.kill()
             self.errors.seek(0)
