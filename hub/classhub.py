@@ -234,8 +234,9 @@ def setup(args):
     install_proxy()
     root = where["root"]
     if any(root.is_relative_to(hidden) for hidden in ("/tmp", "/dev/shm")):
-        sys.exit(f"course.py hub: the class's folder cannot be under /tmp or /dev/shm ({root}): the grading sandbox "
-                 "gives each notebook a fresh, empty /tmp and /dev/shm, which would hide the class's environment")
+        sys.exit(f"course.py hub: the class's folder cannot be under /tmp or /dev/shm ({root}): it keeps the "
+                 "gradebook and every submission, and those folders are emptied when the machine restarts; choose "
+                 "a folder such as /srv/attention-class")
     for what, path in (("the Python in " + sys.base_prefix, Path(sys.base_prefix) / "lib"), (str(root), root.parent)):
         closed = closed_to_others(path)
         if closed:

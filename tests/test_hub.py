@@ -83,7 +83,7 @@ def uids():
 def hub():
     """`course.py hub` as root in a folder of its own, on a free port; afterwards the hub stopped and the class
     removed (`course.py hub --remove`): no account, home or process left."""
-    # not under /tmp: the grading sandbox gives each notebook a fresh /tmp, which would hide the class's environment
+    # not under /tmp: the class keeps its gradebook and submissions there, and /tmp is emptied when the machine restarts
     root = Path(tempfile.mkdtemp(prefix="course-hub-", dir="/var/tmp")) / "class"
     root.parent.chmod(0o711)  # the class's accounts pass through it to the class's folder
     subprocess.run(hub_command(root, "--remove"), cwd=ROOT, capture_output=True)  # what an interrupted run left

@@ -199,6 +199,18 @@ RULE, KERNEL_RULE = judging.allow_only("softmax_naive", "softmax_naive", "write 
      "torch.exp"),
     # a cell the grader cannot read
     ("def softmax_naive(x, dim=-1:\n    return x", "does not parse"),
+    # what is not the exercise's point is allowed: numpy on numbers, decorators, functools around one's own function
+    ("import numpy as np\ndef softmax_naive(x, dim=-1):\n    e = (x * np.sqrt(1.0)).exp()\n"
+     "    return e / e.sum(dim, keepdim=True)", None),
+    ("@torch.no_grad()\ndef softmax_naive(x, dim=-1):\n    e = x.exp()\n    return e / e.sum(dim, keepdim=True)", None),
+    ("import functools\ndef own(x, dim):\n    e = x.exp()\n    return e / e.sum(dim, keepdim=True)\n"
+     "softmax_naive = functools.partial(own, dim=-1)", None),
+    # names rebound at run time, behind the source's back (issue 35)
+    ("def softmax_naive(x, dim=-1):\n    e = x.exp()\n    return e / e.sum(dim, keepdim=True)\n"
+     "globals()['softmax_naive'] = lambda x, dim=-1: torch.softmax(x, dim)", "globals"),
+    ("def softmax_naive(x, dim=-1):\n    e = x.exp()\n    return e / e.sum(dim, keepdim=True)\n"
+     "def other(x, dim=-1):\n    return torch.softmax(x, dim)\nsoftmax_naive.__code__ = other.__code__", "__code__"),
+    ("globals().update(softmax_naive=torch.softmax)", "globals"),
 ])
 def test_rules_about_how_are_judged_from_the_cells_as_ipython_runs_them(code, uses):
     message = RULE.source_rule({"softmax_naive": code})
@@ -328,6 +340,30 @@ def test_a_stand_in_answers_for_an_earlier_part_only_in_its_cell():
     with pytest.raises(PlanError):
         probe.run(namespace, "cell", [[{"call": {"unknown": 1}}]])
     assert namespace[name] is top_left
+
+
+def test_a_required_call_counts_under_any_name_the_student_gives_it():
+    rule = judging.require_call("attend", "part", "scaled_dot_product_attention", "use SDPA").source_rule
+    calls = "def attend(q, k, v):\n    return {}(q, k, v)"
+    assert rule({"part": calls.format("F.scaled_dot_product_attention")}) is None
+    assert rule({"cell 3": "from torch.nn.functional import scaled_dot_product_attention as sdpa",
+                 "part": calls.format("sdpa")}) is None
+    assert rule({"cell 3": "fast = F.scaled_dot_product_attention", "part": calls.format("fast")}) is None
+    assert "never calls scaled_dot_product_attention" in rule({"part": calls.format("my_attention")})
+
+
+def test_the_kernel_follows_decorators_and_partials_to_the_student_s_own_function():
+    """@torch.no_grad() and functools.partial around a function of one's own pass; a partial of torch.softmax
+    does not."""
+    cell = {}
+    exec(compile("import functools, torch\n@torch.no_grad()\ndef decorated(x, dim=-1):\n    return x.exp() / "
+                 "x.exp().sum(dim, keepdim=True)\ndef own(x, dim):\n    return x.exp() / x.exp().sum(dim, keepdim=True)"
+                 "\nwrapped = functools.partial(own, dim=-1)\nlibrary = functools.partial(torch.softmax, dim=-1)\n",
+                 "<ipython-input-3-0>", "exec"), cell)
+    for name, words in (("decorated", None), ("wrapped", None), ("library", "functools.partial")):
+        got = Interpreter({**cell, "softmax_naive": cell[name]}).run_check(KERNEL_RULE.program.ops)
+        message = judging.judge_check(KERNEL_RULE, got, cell, {})
+        assert (message is None) if words is None else words in message, (name, message)
 
 
 def test_the_kernel_shows_which_function_the_checks_call():

@@ -31,8 +31,8 @@ import torch
 from nbformat import NotebookNode
 from traitlets import Unicode
 
-from attention_course.probe import (BEGIN_MIME, RECORDS_MIME, Interpreter, PlanError, decode_tensor, encode,
-                                    encode_tensor)
+from attention_course.probe import (BEGIN_MIME, RECORDS_MIME, VISIBLE_FAILED_MIME, Interpreter, PlanError,
+                                    decode_tensor, encode, encode_tensor)
 
 try:
     from nbgrader.preprocessors import NbGraderPreprocessor
@@ -374,10 +374,27 @@ def names_used(sources, grade_id):
 
 
 def require_call(what, grade_id, name, hint):
-    """A rule judged from the submitted source: the cell must use `name` (however imported)."""
+    """A rule judged from the submitted source: the cell must use `name`, under its own name or an alias that any
+    editable cell binds to it (`from torch.nn.functional import scaled_dot_product_attention as sdpa`, `sdpa = F.
+    scaled_dot_product_attention`)."""
     def rule(sources):
         used = names_used(sources, grade_id)
-        if used is None or any(n == name for n, _ in used):
+        if used is None:
+            return None  # the kernel reports it
+        aliases = {name}
+        for source in sources.values():
+            tree, _ = python_of(source)
+            for node in ast.walk(tree) if tree is not None else ():
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    aliases |= {alias.asname for alias in node.names
+                                if alias.asname and alias.name.rsplit(".", 1)[-1] == name}
+                elif isinstance(node, ast.Assign) and isinstance(node.value, (ast.Name, ast.Attribute)) and (
+                        getattr(node.value, "attr", None) == name or getattr(node.value, "id", None) == name):
+                    aliases |= {target.id for target in node.targets if isinstance(target, ast.Name)}
+        tree, _ = python_of(sources.get(grade_id, ""))
+        imports_it = any(isinstance(node, ast.ImportFrom) and any(alias.name == name for alias in node.names)
+                         for node in ast.walk(tree))
+        if imports_it or any(n in aliases for n, _ in used):
             return None
         return f"{what} never calls {name}\n  likely mistake: {hint}"
 
@@ -399,7 +416,8 @@ BUILTINS = {"range", "len", "enumerate", "zip", "min", "max", "sum", "abs", "flo
 TORCH_CREATION = {"tensor", "as_tensor", "zeros", "ones", "full", "empty", "zeros_like", "ones_like", "full_like",
                   "empty_like", "arange", "linspace", "eye", "tril", "triu", "finfo", "iinfo", "float16", "bfloat16",
                   "float32", "float64", "float", "double", "half", "int64", "long", "int32", "int", "bool", "inf",
-                  "nan", "Tensor", "Size", "device", "dtype", "no_grad", "is_tensor", "is_floating_point", "numel",
+                  "nan", "Tensor", "Size", "device", "dtype", "no_grad", "inference_mode", "enable_grad", "is_tensor",
+                  "is_floating_point", "numel",
                   "get_default_dtype", "result_type", "promote_types"}
 TORCH_MATH = {"exp", "log", "max", "amax", "min", "amin", "sum", "cumsum", "mean", "maximum", "minimum", "where",
               "matmul", "mm", "bmm", "einsum", "tensordot", "outer", "clamp", "clip", "sqrt", "rsqrt", "abs", "neg",
@@ -418,7 +436,10 @@ METHODS = (TORCH_MATH | TORCH_SHAPE | {
     "copy_", "tril", "triu", "add_", "sub_", "mul_", "div_", "masked_fill_", "clamp_", "exp_", "unfold", "is_floating_point",
     "numel", "min", "max", "eps", "tiny", "append", "extend", "insert", "pop", "items", "keys", "get", "index",
     "count", "format", "join", "requires_grad", "is_cuda", "shape", "any", "all", "nelement", "element_size"})
-MODULE_FUNCTIONS = {"math": {"sqrt", "exp", "log", "inf", "isqrt", "ceil", "floor", "prod", "isfinite", "nan", "e", "pi", "log2"},
+ELEMENTARY_MATH = {"sqrt", "exp", "log", "inf", "isqrt", "ceil", "floor", "prod", "isfinite", "nan", "e", "pi", "log2"}
+# Not the exercise's point wherever a rule applies: scalar maths (math or numpy), wrapping a function of one's own.
+MODULE_FUNCTIONS = {"math": ELEMENTARY_MATH, "numpy": ELEMENTARY_MATH | {"float32", "float64", "maximum", "minimum"},
+                    "functools": {"partial", "wraps", "reduce", "lru_cache", "cache"},
                     "torch.nn.functional": {"pad", "linear"}}
 CODE_MAGICS = {"time", "timeit", "capture", "prun"}  # their line or body is Python that the kernel runs here
 RUNS_FILES = {"run", "load", "load_ext", "reload_ext", "macro", "rerun", "recall", "autoreload", "aimport", "paste",
@@ -465,6 +486,18 @@ def _magic_code(tree, problems):
     return extra
 
 
+REBINDING = {"globals", "vars", "locals", "exec", "eval", "compile", "setattr", "delattr", "__import__",
+             "importlib", "builtins", "__builtins__", "modules", "__code__", "__globals__", "__dict__", "__wrapped__"}
+
+
+def _rebinding(tree):
+    """What in a cell can rebind a name behind the source's back (globals()[...] = ..., f.__code__ = ...)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in REBINDING or isinstance(node, ast.Attribute) and node.attr in \
+                REBINDING and not (node.attr == "modules" and ast.unparse(node.value) != "sys"):
+            yield ast.unparse(node)
+
+
 class StudentCode:
     """Every cell the student can edit (`sources`: {key: source}, in notebook order), read as IPython runs it: what
     each global name is bound to, and what the cells do at the top level."""
@@ -474,6 +507,7 @@ class StudentCode:
         self.bindings = {}  # global name -> [(cell key, node)]: def, class, import alias or statement
         self.imports = dict(SETUP_IMPORTS)  # global name -> qualified name, when the name is an import
         self.top_level = []  # (cell key, statement) outside functions and classes
+        self.rebinding = []  # (cell key, what): code that can change at run time what a global name is
         for key, source in sources.items():
             tree, problem = python_of(source)
             if tree is None:
@@ -481,6 +515,7 @@ class StudentCode:
                 continue
             for statement in tree.body + _magic_code(tree, self.problems):
                 self._bind(key, statement)
+            self.rebinding += [(key, use) for use in _rebinding(tree)]
 
     def _bind(self, key, statement):
         if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -715,12 +750,14 @@ def kernel_rule(what, name, hint, forbidden):
         found = got[0].get("function")
         if not isinstance(found, list) or not all(isinstance(f, dict) for f in found) or not found:
             return f"{what}: the function {name} was not recorded"
+        # the function itself, and what it wraps when it is decorated (torch.no_grad) or a functools.partial
+        own_root = any(written_in_a_cell(entry.get("file")) for entry in found if not entry.get("name"))
         for entry in found:
             called, file, module = str(entry.get("called")), entry.get("file"), str(entry.get("module"))
             shown = f"{name}" if not entry.get("name") else f"{entry.get('name')}, which {name} calls,"
             if file is None or not written_in_a_cell(file):
-                library = module.startswith(("torch", "math", "builtins", "numpy")) and file != "<string>"
-                if entry.get("name") and library and called not in forbidden and not called.startswith(
+                library = module.startswith(("torch", "math", "builtins", "numpy", "functools")) and file != "<string>"
+                if (entry.get("name") or own_root) and library and called not in forbidden and not called.startswith(
                         ("_scaled_dot_product", "_flash_attention", "_efficient_attention")):
                     continue
                 origin = "made by exec or eval" if file == "<string>" else f"{module}.{called}"[:80].lstrip(".")
@@ -750,6 +787,11 @@ def allow_only(what, name, hint, extra=(), methods=METHODS):
                         f"plain Python (IPython runs it; the rule about how to write {name} is judged from it)")
         if code.problems:
             return f"{what}: your cells use {code.problems[0]}\n  likely mistake: {hint}"
+        if code.rebinding:
+            key, use = code.rebinding[0]
+            return (f"{what}: {where(key)} uses {use}, which can change at run time what {name} is, so the grader "
+                    f"cannot read how {name} is written\n  likely mistake: define {name} with def in a cell and "
+                    f"call it by its name; {hint}")
         if name not in code.bindings:
             return None  # not written: the calls say so
         found = Allowlist(code, allowed, methods).outside(name)
@@ -840,10 +882,16 @@ def stand_in_source(stand_in):
 
 def with_probe(source, cell_id, checks, stand_in=None):
     """The test cell's source with its hidden region replaced by the probe call; with a stand-in (name, [(args,
-    result), ...]) from the judges' STAND_INS, that part's calls listed there get those results in this cell."""
+    result), ...]) from the judges' STAND_INS, that part's calls listed there get those results in this cell. Should
+    the visible tests fail, the probe runs all the same (`arm`), so that a mistake the judges name is shown."""
     visible = source.split(HIDDEN_BEGIN)[0].rstrip("\n")
-    return ((stand_in_source(stand_in) if stand_in else "") + (visible + "\n" if visible else "")
-            + probe_source(cell_id, checks))
+    if not visible.strip():
+        return (stand_in_source(stand_in) if stand_in else "") + probe_source(cell_id, checks)
+    plan = json.dumps([c.program.ops for c in checks if c.program is not None], separators=(",", ":"))
+    return ((stand_in_source(stand_in) if stand_in else "")
+            + f"{HIDDEN_BEGIN}\n__import__('attention_course.probe').probe.arm(globals(), {cell_id!r}, "
+              f"__import__('json').loads({plan!r}))\n{HIDDEN_END}\n" + visible + "\n"
+            + f"{HIDDEN_BEGIN}\n__import__('attention_course.probe').probe.run(globals(), {cell_id!r})\n{HIDDEN_END}")
 
 
 def autograded_test_cells(nb):
@@ -891,20 +939,22 @@ def _error(ename, evalue):
 
 def read_records(outputs, cell_id, expected_count):
     """(outputs before the hidden checks, error outputs after them, records, problem) of one test cell."""
-    before, errors, payloads, begun = [], [], [], 0
+    before, errors, payloads, begun, visible_failed = [], [], [], 0, False
     for output in outputs:
         data = output.get("data", {})
         if BEGIN_MIME in data:
             begun += 1
         elif RECORDS_MIME in data:
             payloads.append(data[RECORDS_MIME])
+        elif VISIBLE_FAILED_MIME in data:
+            visible_failed = True  # the error that follows is the visible tests': the checks ran after it
         elif output.output_type == "error":
-            errors.append(output if not begun else _error(
+            errors.append(output if not begun or visible_failed else _error(
                 str(output.get("ename"))[:80], "the hidden checks stopped with this error" if
                 output.get("ename") not in ("CellTimeoutError", "DeadKernelError") else str(output.get("evalue"))))
         elif not begun and output.output_type == "stream":
             before.append(output)
-    if errors:
+    if errors and not visible_failed:
         return before, errors, None, None
     if begun != 1 or len(payloads) != 1:
         return before, errors, None, (f"the hidden checks of this cell left {'no' if not payloads else 'duplicate'} "
@@ -978,12 +1028,15 @@ def verdict(outputs, cell_id, checks, namespace, sources):
     # A warning printed before a failure (x.T's UserWarning, say) goes after it: the message and its hint come first.
     printed = [o for o in before if o.get("name") != "stderr"]
     warned = [o for o in before if o.get("name") == "stderr"]
-    if errors:
+    if errors and records is None:
         return printed + [_name_error_hint(e) for e in errors] + warned, []
     if problem:
         return printed + [_error("RecordError", problem)] + warned, ["bad records"]
     got = dict(zip(map(id, probed), records))
     failures = [m for m in (judge_check(c, got.get(id(c)), namespace, sources) for c in checks) if m]
+    if errors:  # the visible tests failed, and the hidden checks ran after them: a mistake they name comes first
+        named = [_error("CheckFailed", m) for m in failures if isinstance(m, NamedMistake)][:1]
+        return printed + named + [_name_error_hint(e) for e in errors] + warned, []
     if failures:
         shown = next((m for m in failures if isinstance(m, NamedMistake)), failures[0])
         which = "The first:" if shown is failures[0] else "This one names the likely mistake:"

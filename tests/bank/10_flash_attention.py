@@ -755,6 +755,14 @@ VARIANTS.update({
         _MERGE, ("(wa[..., None] * out_a + wb[..., None] * out_b) / total.clamp_min(1e-30)[..., None]",
                  "(out_a + out_b) / 2"))},
         "fails": {"test_merge_attention": "equal weights"}},
+    # with the visible checks in place: they fail first, and the judges' named mistake is shown before them
+    "merge_equal_average": {"kind": "mistake", "cells": {"merge_attention": _edit(
+        _MERGE, ("(wa[..., None] * out_a + wb[..., None] * out_b) / total.clamp_min(1e-30)[..., None]",
+                 "(out_a + out_b) / 2"))},
+        "fails": {"test_merge_attention": "equal weights"}},
+    "merge_lse_is_max": {"kind": "mistake", "cells": {"merge_attention": _edit(
+        _MERGE, ("return out, top + torch.log(total)", "return out, torch.maximum(lse_a, lse_b)"))},
+        "fails": {"test_merge_attention": "not the larger"}},
     "merge_no_guard": {"kind": "mistake", "cells": {"merge_attention": _edit(
         _MERGE, ("    top = torch.where(torch.isinf(top), torch.zeros_like(top), top)\n", ""),
         ("total.clamp_min(1e-30)", "total"))},

@@ -1,12 +1,10 @@
 """Judges of step 08: fused QKV projection, SDPA's mask convention, attention on SDPA."""
 
-import ast
-
 import torch
 
 from attention_course import data
 from attention_grader.judging import (G, Check, Expect, Program, call_check, compare, default_judge,
-                                     expect_value_error, python_of, raised_message)
+                                     expect_value_error, raised_message, require_call)
 from attention_grader.judges.common import (ANY_VALUES, CLASS, attention_state, built_like_check, dropout_check,
                                             first_raised, forward_check, linear_state, returns_check, tensor_of,
                                             with_hint, with_later_tokens_changed)
@@ -36,21 +34,7 @@ SDPA_HINTS = dict(
 
 
 def require_sdpa(what, grade_id, hint):
-    """judging.require_call for F.scaled_dot_product_attention, which also accepts the function imported under
-    another name (`from torch.nn.functional import scaled_dot_product_attention as sdpa`)."""
-    name = "scaled_dot_product_attention"
-
-    def rule(sources):
-        tree, _ = python_of(sources.get(grade_id, ""))
-        if tree is None:
-            return None  # the kernel reports it
-        for node in ast.walk(tree):
-            if (isinstance(node, ast.Attribute) and node.attr == name or isinstance(node, ast.Name) and node.id == name
-                    or isinstance(node, ast.ImportFrom) and any(alias.name == name for alias in node.names)):
-                return None
-        return f"{what} never calls {name}\n  likely mistake: {hint}"
-
-    return Check(what, source_rule=rule)
+    return require_call(what, grade_id, "scaled_dot_product_attention", hint)
 
 
 def fused_state(inputs, d_in, d_out, qkv_bias):

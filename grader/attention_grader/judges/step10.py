@@ -147,6 +147,27 @@ def dispatched(what, record, forbidden, hint):
     return None
 
 
+def block_reads(got, width):
+    """From a call traced in the kernel: (operations, {block: index of the first operation that reads that block
+    alone}, [indices of operations that read across blocks]), blocks being `width` consecutive elements of the traced
+    tensor; None when the trace is missing or malformed."""
+    trace = got[0].get("trace") if isinstance(got[0], dict) else None
+    if not (isinstance(trace, dict) and isinstance(trace.get("ops"), list) and isinstance(trace.get("reads"), list)):
+        return None
+    ops, first, wide = trace["ops"], {}, []
+    for read in trace["reads"]:
+        if not (isinstance(read, list) and len(read) == 3 and all(isinstance(n, int) for n in read)):
+            return None
+        index, start, stop = read
+        if not 0 <= index < len(ops) or str(ops[index]) in OpTrace.COPIES or stop <= start:
+            continue
+        if start // width == (stop - 1) // width:
+            first.setdefault(start // width, index)
+        else:
+            wide.append(index)
+    return ops, first, wide
+
+
 def one_pass_check(x, block_size):
     """online_softmax(x, block_size) on one row, traced in the kernel: it must read the row block by block, computing
     exponentials in the same pass as the running maximum, and read the whole row only at the end (a teaching check:
@@ -162,21 +183,13 @@ def one_pass_check(x, block_size):
         found = first_raised(got)
         if found:
             return raised_message(what, found[1])
-        trace = got[0].get("trace") if isinstance(got[0], dict) else None
-        if not isinstance(trace, dict) or not isinstance(trace.get("ops"), list) or not isinstance(trace.get("reads"),
-                                                                                                  list):
+        reads = block_reads(got, block_size)
+        if reads is None:
             return f"{what}: its operations were not recorded"
         problem = dispatched(what, got[0], LIBRARY_SOFTMAX, NO_SOFTMAX)
         if problem:
             return problem
-        ops, first, wide = trace["ops"], {}, []
-        for index, start, stop in trace["reads"]:
-            if str(ops[index]) in OpTrace.COPIES:
-                continue
-            if start // block_size == (stop - 1) // block_size:
-                first.setdefault(start // block_size, index)
-            else:
-                wide.append(index)
+        ops, first, wide = reads
         missing = [k for k in range(count) if k not in first]
         last = first.get(count - 1)
         if missing or any(index < last for index in wide):
@@ -271,22 +284,10 @@ def key_blocks_check(inputs, causal):
         found = first_raised(got)
         if found:
             return raised_message(what, found[1])
-        trace = got[0].get("trace") if isinstance(got[0], dict) else None
-        if not isinstance(trace, dict) or not isinstance(trace.get("ops"), list) or not isinstance(trace.get("reads"),
-                                                                                                  list):
+        reads = block_reads(got, d * block_size)
+        if reads is None:
             return f"{what}: its operations were not recorded"
-        ops, first, wide = trace["ops"], {}, []
-        for read in trace["reads"]:
-            if not (isinstance(read, list) and len(read) == 3 and all(isinstance(n, int) for n in read)):
-                return f"{what}: its operations were not recorded"
-            index, start, stop = read
-            if not 0 <= index < len(ops) or str(ops[index]) in OpTrace.COPIES or stop <= start:
-                continue
-            low, high = start // d // block_size, (stop - 1) // d // block_size
-            if low == high:
-                first.setdefault(low, index)
-            else:
-                wide.append(index)
+        ops, first, wide = reads
         missing = [block for block in range(count) if block not in first]
         if missing or (wide and min(wide) < first[count - 1]):
             return with_hint(f"{what}: it reads all the keys at once"
