@@ -133,12 +133,16 @@ def build(only=None, lessons=False):
 
 
 def copy_release_to_work():
-    """Students work on copies in work/ (git-ignored), so updating the course never overwrites their answers."""
+    """Students work on copies in work/ (git-ignored), so updating the course never overwrites their answers; the
+    release each copy came from is kept (.check/copied/) to tell a started exercise from an updated release."""
+    from attention_grader.selfcheck import as_copied
     for notebook in sorted((ROOT / "release").glob("*/*.ipynb")):
         copy = ROOT / "work" / notebook.parent.name / notebook.name
         if not copy.exists():
             copy.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(notebook, copy)
+            as_copied(ROOT, notebook.parent.name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(notebook, as_copied(ROOT, notebook.parent.name))
 
 
 def main(argv):

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import harness
+from attention_grader.selfcheck import part_titles, started
 from conftest import ROOT
 
 CORRECT, MISTAKEN, UNTOUCHED = "01_dot_product_scores", "02_softmax", "03_trainable_qkv"
@@ -82,8 +83,18 @@ def test_check_grades_a_learners_work_and_shows_progress(tmp_path):
     assert f"[{full:g}/{full:g} points]({CORRECT}/feedback.html)" in rows["01"], rows["01"]
     assert "| nothing |" in rows["01"], rows["01"]
     assert "[not yet](../notebooks/" in rows["02"] and f"[{got:g}/{most:g} points]" in rows["02"], rows["02"]
-    assert all(grade_id in rows["02"] for grade_id in mistake["fails"]), rows["02"]
+    titles = part_titles(ROOT / "release" / MISTAKEN / f"{MISTAKEN}.ipynb")
+    assert all(titles[grade_id] in rows["02"] for grade_id in mistake["fails"]), rows["02"]
     assert "[not started]" in rows["03"] and "not checked yet" in rows["03"], rows["03"]
+
+    # an update of the course changes step 03's release: the learner's untouched copy is still not started
+    copied = course / ".check" / "copied" / f"{UNTOUCHED}.ipynb"
+    copied.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(course / "release" / UNTOUCHED / f"{UNTOUCHED}.ipynb", copied)
+    updated = nbformat.read(course / "release" / UNTOUCHED / f"{UNTOUCHED}.ipynb", as_version=4)
+    updated.cells.append(nbformat.v4.new_markdown_cell("A part added by an update of the course."))
+    nbformat.write(updated, course / "release" / UNTOUCHED / f"{UNTOUCHED}.ipynb")
+    assert not started(course, UNTOUCHED) and started(course, MISTAKEN)
 
     # the instructor's grading is left as it was: in the learner's clone and in this one
     assert [name for name in INSTRUCTOR_STATE if (course / name).exists()] == []

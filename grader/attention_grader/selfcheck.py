@@ -34,10 +34,17 @@ def work_notebook(root, step):
     return Path(root) / "work" / step / f"{step}.ipynb"
 
 
+def as_copied(root, step):
+    """The release as it was when work/STEP was made from it (an update of the course may change the release)."""
+    return Path(root) / PRIVATE / "copied" / f"{step}.ipynb"
+
+
 def started(root, step):
-    """The exercise is started when a cell of the learner's copy differs from the release (saving alone is not)."""
-    work = work_notebook(root, step)
-    return work.exists() and cell_sources(work) != cell_sources(Path(root) / "release" / step / f"{step}.ipynb")
+    """The exercise is started when a cell of the learner's copy differs from the release it was copied from (saving
+    alone is not)."""
+    work, copied = work_notebook(root, step), as_copied(root, step)
+    release = copied if copied.exists() else Path(root) / "release" / step / f"{step}.ipynb"
+    return work.exists() and cell_sources(work) != cell_sources(release)
 
 
 def lesson_opened(root, step):
@@ -101,6 +108,19 @@ def prepare(root, steps):
     return private
 
 
+def part_titles(notebook):
+    """{grade id of a test cell: the title of the part it is in ("Part 2 · A softmax that does not overflow")}."""
+    titles, title = {}, None
+    for cell in json.loads(Path(notebook).read_text())["cells"]:
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        heading = next((line.lstrip("#").strip() for line in source.splitlines() if line.startswith("## Part")), None)
+        title = heading.split(" (")[0] if cell["cell_type"] == "markdown" and heading else title
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if grade_id and title:
+            titles[grade_id] = title
+    return titles
+
+
 def failing_checks(private, step):
     """(test cell, what it said) for every autograded test cell that lost points."""
     autograded = private / "autograded" / LEARNER / step / f"{step}.ipynb"
@@ -143,12 +163,14 @@ def check(root, steps, sandbox=True):
             if feedback.exists():
                 shutil.copy(feedback, root / "work" / step / "feedback.html")
             written = blank + pending
-            print(f"{step}: {auto:g}/{auto_max:g} points" + (f" (+{written:g} for the written answer, graded by hand)"
-                                                              if written else ""))
+            print(f"{step}: {auto:g}/{auto_max:g} points" + (f" (and {written:g} for the written answer, which no "
+                                                              "check grades)" if written else ""))
             for grade_id, message in failing:
                 print(f"  failing {grade_id}:\n" + "\n".join("    " + line for line in message.splitlines()))
             print(f"  feedback page: work/{step}/feedback.html")
-            results[step] = {"points": auto, "max": auto_max, "left": [grade_id for grade_id, _ in failing]
+            titles = part_titles(private / "release" / step / f"{step}.ipynb")
+            parts = [titles.get(grade_id, grade_id) for grade_id, _ in failing]
+            results[step] = {"points": auto, "max": auto_max, "left": list(dict.fromkeys(parts))
                              + (["written answer still blank"] if blank else []),
                              "time": time.time(), "when": time.strftime("%Y-%m-%d %H:%M")}
     (private / RESULTS).write_text(json.dumps(results, indent=1))
