@@ -1,7 +1,8 @@
 """Submission bank for step 02: correct variants written another way, and common mistakes."""
 
-# The cheats of tests/bank/integrity.py ride on this mistake: it returns wrong values instead of raising.
-CHEATS_RIDE_ON = "naive_plain_sum"
+# The cheats of tests/bank/integrity.py ride on this mistake: it returns wrong values instead of raising, in both
+# softmax cells (a cheat's exec, setattr or globals keeps the grader from reading how either softmax is written).
+CHEATS_RIDE_ON = "both_softmaxes_wrong"
 
 VARIANTS = {
     # ---------------------------------------------------------------- correct
@@ -97,6 +98,14 @@ VARIANTS = {
         "cells": {"softmax_naive": "def softmax_naive(x, dim=-1):\n    return x / x.sum(dim=dim, keepdim=True)\n"},
         "fails": {"test_softmax_naive": "plain sum"},
     },
+    "both_softmaxes_wrong": {
+        "kind": "mistake",
+        "cells": {"softmax_naive": "def softmax_naive(x, dim=-1):\n    return x / x.sum(dim=dim, keepdim=True)\n",
+                  "softmax_stable": "def softmax_stable(x, dim=-1):\n"
+                                    "    exps = torch.exp(x)\n"
+                                    "    return exps / exps.sum(dim=dim, keepdim=True)\n"},
+        "fails": {"test_softmax_naive": "plain sum", "test_softmax_stable": "overflows"},
+    },
     "naive_sum_of_everything": {
         "kind": "mistake",
         "cells": {"softmax_naive": "def softmax_naive(x, dim=-1):\n    return torch.exp(x) / torch.exp(x).sum()\n"},
@@ -133,9 +142,10 @@ VARIANTS = {
         "kind": "cheat",
         "cells": {"softmax_stable":
                   "def softmax_stable(x, dim=-1):\n"
-                  "    reference = globals().get('_softmax64')\n"
-                  "    if reference is not None:\n"
-                  "        return reference(x, dim).float()\n"
+                  "    try:\n"
+                  "        return _softmax64(x, dim).float()\n"
+                  "    except NameError:\n"
+                  "        pass\n"
                   "    exps = torch.exp(x)\n"
                   "    return exps / exps.sum(dim=dim, keepdim=True)\n"},
         "fails": {"test_softmax_stable": "overflows"},
@@ -211,6 +221,100 @@ VARIANTS = {
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Part 6: softmax over what a mask leaves visible
+# ---------------------------------------------------------------------------------------------------------------
+
+_MASK_CHECKS = ("    if mask.dtype != torch.bool:\n"
+                "        raise ValueError(f'mask must be bool, got {mask.dtype}')\n"
+                "    try:\n"
+                "        fits = torch.broadcast_shapes(mask.shape, x.shape) == x.shape\n"
+                "    except RuntimeError:\n"
+                "        fits = False\n"
+                "    if not fits:\n"
+                "        raise ValueError(f'mask of shape {tuple(mask.shape)} does not fit x')\n")
+
+VARIANTS.update({
+    "masked_torch_softmax_nan_to_num": {
+        "kind": "correct",
+        "cells": {"softmax_masked":
+                  "def softmax_masked(x, mask, dim=-1):\n" + _MASK_CHECKS +
+                  "    return torch.softmax(x.masked_fill(mask, float('-inf')), dim=dim).nan_to_num(0.0)\n"},
+    },
+    "masked_large_negative_and_where": {
+        "kind": "correct",
+        "cells": {"softmax_masked":
+                  "def softmax_masked(x, mask, dim=-1):\n"
+                  "    if mask.dtype != torch.bool or mask.dim() > x.dim():\n"
+                  "        raise ValueError('mask must be a bool tensor no larger than x')\n"
+                  "    try:\n"
+                  "        mask = mask.expand_as(x)\n"
+                  "    except RuntimeError:\n"
+                  "        raise ValueError(f'mask {tuple(mask.shape)} does not fit x {tuple(x.shape)}') from None\n"
+                  "    hidden = mask | torch.isneginf(x)\n"
+                  "    filled = torch.where(hidden, torch.full_like(x, -1e9), x)\n"
+                  "    weights = softmax_stable(filled, dim=dim).masked_fill(hidden, 0.0)\n"
+                  "    sums = weights.sum(dim=dim, keepdim=True)\n"
+                  "    return torch.where(sums > 0, weights / sums, torch.zeros_like(weights))\n"},
+    },
+    "masked_movedim_loop_free": {
+        "kind": "correct",
+        "cells": {"softmax_masked":
+                  "def softmax_masked(x, mask, dim=-1):\n" + _MASK_CHECKS +
+                  "    keep = ~(mask | (x == float('-inf')))\n"
+                  "    top = torch.where(keep, x, torch.tensor(float('-inf'))).max(dim=dim, keepdim=True).values\n"
+                  "    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))\n"
+                  "    exps = torch.where(keep, torch.exp(x - top), torch.zeros_like(x))\n"
+                  "    total = exps.sum(dim=dim, keepdim=True)\n"
+                  "    return exps / torch.where(total == 0, torch.ones_like(total), total)\n"},
+    },
+    "masked_nan_on_blocked_rows": {
+        "kind": "mistake",
+        "cells": {"softmax_masked":
+                  "def softmax_masked(x, mask, dim=-1):\n" + _MASK_CHECKS +
+                  "    return torch.softmax(x.masked_fill(mask, float('-inf')), dim=dim)\n"},
+        "fails": {"test_softmax_masked_blocked": "never nan"},
+    },
+    "masked_zeroed_not_renormalised": {
+        "kind": "mistake",
+        "cells": {"softmax_masked":
+                  "def softmax_masked(x, mask, dim=-1):\n" + _MASK_CHECKS +
+                  "    return torch.softmax(x, dim=dim).masked_fill(mask | (x == float('-inf')), 0.0)\n"},
+        "fails": {"test_softmax_masked": "renormalised", "test_softmax_masked_blocked": "renormalised"},
+    },
+    "masked_max_over_hidden_entries": {
+        "kind": "mistake",
+        "cells": {"softmax_masked":
+                  "def softmax_masked(x, mask, dim=-1):\n" + _MASK_CHECKS +
+                  "    hidden = mask | (x == float('-inf'))\n"
+                  "    exps = torch.exp(x - x.amax(dim=dim, keepdim=True)).masked_fill(hidden, 0.0)\n"
+                  "    return exps / exps.sum(dim=dim, keepdim=True).clamp(min=1e-30)\n"},
+        "fails": {"test_softmax_masked": "no influence", "test_softmax_masked_blocked": "maximum of the visible"},
+    },
+    "masked_true_means_visible": {
+        "kind": "mistake",
+        "cells": {"softmax_masked":
+                  "def softmax_masked(x, mask, dim=-1):\n" + _MASK_CHECKS +
+                  "    return torch.softmax(x.masked_fill(~mask, float('-inf')), dim=dim).nan_to_num(0.0)\n"},
+        "fails": {"test_softmax_masked": "True taken as hidden", "test_softmax_masked_blocked": "renormalised"},
+    },
+    "masked_large_negative_fill": {
+        "kind": "mistake",
+        "cells": {"softmax_masked":
+                  "def softmax_masked(x, mask, dim=-1):\n" + _MASK_CHECKS +
+                  "    return softmax_stable(x.masked_fill(mask, -1e9), dim=dim)\n"},
+        "fails": {"test_softmax_masked_blocked": "equal weights"},
+    },
+    "masked_without_value_error": {
+        "kind": "mistake",
+        "cells": {"softmax_masked":
+                  "def softmax_masked(x, mask, dim=-1):\n"
+                  "    return torch.softmax(x.masked_fill(mask, float('-inf')), dim=dim).nan_to_num(0.0)\n"},
+        "fails": {"test_softmax_masked_blocked": "ValueError"},
+    },
+})
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # routes past "write softmax yourself" (issue 25): each loses exactly the cell of the part it skips, with a message
 # naming what it called; every one kept full marks when the rule was a list of forbidden names on the solution cell
 # ---------------------------------------------------------------------------------------------------------------
@@ -251,11 +355,15 @@ VARIANTS.update({
                                     "    return getattr(torch, 'soft' + 'max')(x, dim=dim)\n"},
         "fails": {"test_softmax_stable": "getattr"},
     },
+    # vars, eval (and globals, exec, setattr...) can rebind any name at run time: used in one cell, they leave the
+    # grader unable to read how either softmax is written, so both routes are taken in both cells
     "route_vars": {
         "kind": "mistake",
         "cells": {"softmax_naive": "def softmax_naive(x, dim=-1):\n"
-                                   "    return vars(torch)['soft' + 'max'](x, dim)\n"},
-        "fails": {"test_softmax_naive": "vars"},
+                                   "    return vars(torch)['soft' + 'max'](x, dim)\n",
+                  "softmax_stable": "def softmax_stable(x, dim=-1):\n"
+                                    "    return vars(torch)['soft' + 'max'](x, dim)\n"},
+        "fails": {"test_softmax_naive": "vars", "test_softmax_stable": "vars"},
     },
     "route_private_softmax": {
         "kind": "mistake",
@@ -284,9 +392,11 @@ VARIANTS.update({
     },
     "route_eval": {
         "kind": "mistake",
-        "cells": {"softmax_stable": "def softmax_stable(x, dim=-1):\n"
+        "cells": {"softmax_naive": "def softmax_naive(x, dim=-1):\n"
+                                   "    return eval('torch.soft' + 'max(x, dim=dim)')\n",
+                  "softmax_stable": "def softmax_stable(x, dim=-1):\n"
                                     "    return eval('torch.soft' + 'max(x, dim=dim)')\n"},
-        "fails": {"test_softmax_stable": "eval"},
+        "fails": {"test_softmax_naive": "eval", "test_softmax_stable": "eval"},
     },
     # the answer key's cell stays; a cell of the student's own after it redefines the function
     "route_own_cell": {

@@ -8,6 +8,9 @@ TEST_SDPA = "test_scaled_dot_product_attention"
 TEST_V1 = "test_self_attention_v1"
 TEST_V2 = "test_self_attention_v2"
 TEST_TRANSFER = "test_transfer_weights_v2_to_v1"
+BIASED = "transfer_biased_v2_to_v1"
+TEST_BIASED = "test_transfer_biased_v2_to_v1"
+TEST_BIASED_CASES = "test_transfer_biased_v2_to_v1_cases"
 
 
 def sdpa(body):
@@ -30,6 +33,16 @@ def v2(init, forward):
 
 def transfer(body):
     return "def transfer_weights_v2_to_v1(sa_v2, sa_v1):\n" + body
+
+
+def biased(body):
+    return "def transfer_biased_v2_to_v1(sa_v2, sa_v1):\n" + body
+
+
+# Part 5's size check, as a student might write it, in front of each variant that is about something else
+SIZE_CHECK = ("    d_out, d_in = sa_v2.W_query.weight.shape\n"
+              "    if any(tuple(getattr(sa_v1, n).shape) != (d_in + 1, d_out) for n in ('W_query', 'W_key', 'W_value')):\n"
+              "        raise ValueError(f'sa_v1 needs ({d_in + 1}, {d_out}) matrices')\n")
 
 
 V1_INIT = ("        self.W_query = nn.Parameter(torch.rand(d_in, d_out))\n"
@@ -242,7 +255,7 @@ VARIANTS = {
                          "        self.W_key = nn.Linear(d_in, d_out, bias=False)\n"
                          "        self.W_value = nn.Linear(d_in, d_out, bias=False)\n",
                          V2_PROJECT + attention_tail())},
-        "fails": {TEST_V2: "bias=qkv_bias"},
+        "fails": {TEST_V2: "qkv_bias"},
     },
     "transfer_copies_without_transposing": {
         "kind": "mistake",
@@ -288,4 +301,107 @@ VARIANTS = {
                                      "    return sa_v1\n")},
         "fails": {TEST_TRANSFER: "torch.no_grad()"},
     },
+    # ---------------------------------------------------------------- Part 5: biases folded into the matrices
 }
+
+VARIANTS.update({
+    "biased_slices_under_no_grad": {
+        "kind": "correct",
+        "cells": {BIASED: biased(
+            "    for name in ('W_query', 'W_key', 'W_value'):\n"
+            "        layer, matrix = getattr(sa_v2, name), getattr(sa_v1, name)\n"
+            "        d_out, d_in = layer.weight.shape\n"
+            "        if tuple(matrix.shape) != (d_in + 1, d_out):\n"
+            "            raise ValueError(f'sa_v1.{name} is {tuple(matrix.shape)}, not ({d_in + 1}, {d_out})')\n"
+            "    with torch.no_grad():\n"
+            "        for name in ('W_query', 'W_key', 'W_value'):\n"
+            "            layer, matrix = getattr(sa_v2, name), getattr(sa_v1, name)\n"
+            "            matrix[:-1] = layer.weight.T\n"
+            "            matrix[-1] = layer.bias if layer.bias is not None else 0.0\n"
+            "    return sa_v1\n")},
+    },
+    "biased_new_parameters_vstack": {
+        "kind": "correct",
+        "cells": {BIASED: biased(
+            SIZE_CHECK +
+            "    for name in ['W_query', 'W_key', 'W_value']:\n"
+            "        layer = getattr(sa_v2, name)\n"
+            "        bias = torch.zeros(d_out) if layer.bias is None else layer.bias.detach()\n"
+            "        setattr(sa_v1, name, nn.Parameter(torch.vstack([layer.weight.detach().t(), bias])))\n"
+            "    return sa_v1\n")},
+    },
+    "biased_homogeneous_matrix_einsum": {  # the (d_in + 1, d_in + 1) affine matrix, applied to the identity's rows
+        "kind": "correct",
+        "cells": {BIASED: biased(
+            SIZE_CHECK +
+            "    eye = torch.eye(d_in + 1)\n"
+            "    state = {}\n"
+            "    for name in ('W_query', 'W_key', 'W_value'):\n"
+            "        layer = getattr(sa_v2, name)\n"
+            "        out = torch.einsum('ri,oi->ro', eye[:, :d_in], layer.weight.detach())\n"
+            "        if layer.bias is not None:\n"
+            "            out = out + eye[:, d_in:] * layer.bias.detach()\n"
+            "        state[name] = out\n"
+            "    sa_v1.load_state_dict(state)\n"
+            "    return sa_v1\n")},
+    },
+    "biased_bias_in_first_row": {
+        "kind": "mistake",
+        "cells": {BIASED: biased(
+            SIZE_CHECK +
+            "    state = {}\n"
+            "    for name in ('W_query', 'W_key', 'W_value'):\n"
+            "        layer = getattr(sa_v2, name)\n"
+            "        bias = layer.bias if layer.bias is not None else torch.zeros(d_out)\n"
+            "        state[name] = torch.cat([bias[None, :], layer.weight.T])\n"
+            "    sa_v1.load_state_dict(state)\n"
+            "    return sa_v1\n")},
+        "fails": {TEST_BIASED: "first d_in rows", TEST_BIASED_CASES: "first d_in rows"},
+    },
+    "biased_bias_dropped": {
+        "kind": "mistake",
+        "cells": {BIASED: biased(
+            SIZE_CHECK +
+            "    with torch.no_grad():\n"
+            "        for name in ('W_query', 'W_key', 'W_value'):\n"
+            "            getattr(sa_v1, name).zero_()\n"
+            "            getattr(sa_v1, name)[:d_in].copy_(getattr(sa_v2, name).weight.T)\n"
+            "    return sa_v1\n")},
+        "fails": {TEST_BIASED: "does not depend on x"},
+    },
+    "biased_fails_without_bias": {
+        "kind": "mistake",
+        "cells": {BIASED: biased(
+            SIZE_CHECK +
+            "    with torch.no_grad():\n"
+            "        for name in ('W_query', 'W_key', 'W_value'):\n"
+            "            layer = getattr(sa_v2, name)\n"
+            "            getattr(sa_v1, name).copy_(torch.cat([layer.weight.T, layer.bias[None, :]]))\n"
+            "    return sa_v1\n")},
+        "fails": {TEST_BIASED_CASES: ".bias is None"},
+    },
+    "biased_without_value_error": {
+        "kind": "mistake",
+        "cells": {BIASED: biased(
+            "    state = {}\n"
+            "    for name in ('W_query', 'W_key', 'W_value'):\n"
+            "        layer = getattr(sa_v2, name)\n"
+            "        bias = layer.bias if layer.bias is not None else torch.zeros(layer.out_features)\n"
+            "        state[name] = torch.cat([layer.weight.T, bias[None, :]])\n"
+            "    sa_v1.load_state_dict(state)\n"
+            "    return sa_v1\n")},
+        "fails": {TEST_BIASED_CASES: "raise ValueError"},
+    },
+    "biased_new_module": {
+        "kind": "mistake",
+        "cells": {BIASED: biased(
+            SIZE_CHECK +
+            "    new = nn.ParameterDict()\n"
+            "    for name in ('W_query', 'W_key', 'W_value'):\n"
+            "        layer = getattr(sa_v2, name)\n"
+            "        bias = layer.bias if layer.bias is not None else torch.zeros(d_out)\n"
+            "        new[name] = nn.Parameter(torch.cat([layer.weight.T, bias[None, :]]).detach())\n"
+            "    return new\n")},
+        "fails": {TEST_BIASED: "in place", TEST_BIASED_CASES: "unchanged"},
+    },
+})

@@ -2,10 +2,14 @@
 import torch
 
 from attention_course import data
-from attention_grader.judging import METHODS, allow_only, call_check
+from attention_grader.judging import G, METHODS, Program, allow_only, call_check, default_judge, expect_value_error
+from attention_grader.judges.common import first_raised, tensor_of, with_other_hint
 
 INPUTS = data.journey_inputs()
 SCORES = INPUTS @ INPUTS.T
+# Part 6 applies the lesson's softmax to a case it did not work through: a mask, large hidden scores, entries that are
+# already -inf and slices where nothing is visible.
+TRANSFER = {"test_softmax_masked", "test_softmax_masked_blocked"}
 NO_SOFTMAX = ("the exercise asks you to write softmax yourself: exponentiate, then divide by the sum, with elementary "
               "operations (exp, max, sum, indexing...) and helpers of your own, not a library's softmax (torch.softmax, "
               "softmin, log_softmax, nn.Softmax, distributions) nor a name reached by getattr, eval or torch.ops")
@@ -93,9 +97,146 @@ def context_vectors_batched(inputs):
     return checks
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Part 6: softmax over what a mask leaves visible
+# ---------------------------------------------------------------------------------------------------------------
+
+MASKED = ("set the hidden entries (True) to -inf, or drop them after exponentiating, shift by the maximum of the visible "
+          "entries of each slice along `dim`, and divide by the sum of the visible exponentials")
+BLOCKED = ("a slice with every entry hidden has nothing to normalise: 0 / 0 gives nan there (softmax of a row of -inf is "
+           "nan), so return zeros for it, e.g. divide by the sum clamped to at least 1, or torch.where on the sum")
+INVERTED = "True means hidden (the convention of step 04): the entries where mask is False are the ones to keep"
+NOT_ZERO = "a hidden entry gets weight exactly 0: fill it with -inf (or zero its exponential), not with a finite number"
+RENORMALISE = ("the visible weights of every slice must sum to 1: softmax over the visible entries only, not the full "
+               "softmax with the hidden weights zeroed afterwards")
+HIDDEN_MAX = ("the shift must be the maximum of the visible entries: a hidden entry with a huge score makes every "
+              "visible exp(x - max) underflow to 0")
+FILLED_BLOCKED = ("a slice with every entry hidden must be all zeros: filling hidden entries with a large negative "
+                  "number gives such a slice equal weights instead")
+
+
+def masked_reference(x, mask, dim):
+    x = x.double()
+    hidden = mask | (x == float("-inf"))
+    weights = torch.softmax(x.masked_fill(hidden, float("-inf")), dim=dim).nan_to_num(0.0)
+    return weights, hidden.expand(x.shape)
+
+
+def masked_mistake(got, x, mask, dim, hint):
+    """The likely mistake, from what the student's weights do with the mask (hint: the check's own default)."""
+    weights, hidden = masked_reference(x, mask, dim)
+    if got.shape != weights.shape:
+        return "return a tensor of the shape of x: the mask broadcasts to x, not x to the mask"
+    blocked = hidden.all(dim=dim, keepdim=True).expand(x.shape)
+    if torch.isnan(got[blocked]).any():
+        return BLOCKED
+    inverted, _ = masked_reference(x, ~mask, dim)
+    if torch.allclose(got.nan_to_num(-1.0), inverted, atol=1e-4):
+        return INVERTED
+    if torch.isnan(got).any() or torch.isinf(got).any():
+        return "large visible scores overflow: shift by the maximum of the visible entries of each slice"
+    if (got[hidden & ~blocked].abs() > 1e-6).any():
+        return NOT_ZERO
+    if (got[blocked].abs() > 1e-6).any():
+        return FILLED_BLOCKED
+    some_visible = ~hidden.all(dim=dim)
+    sums = got.sum(dim=dim)
+    if (sums[some_visible] - 1).abs().max() > 1e-3:
+        if (got[~hidden] == 0).any():
+            return HIDDEN_MAX
+        return RENORMALISE
+    return hint
+
+
+def masked_check(what, x, mask, dim=-1, hint=MASKED):
+    check = call_check(what, "softmax_masked", x, mask, hint=hint, atol=1e-4, dim=dim)
+
+    def judge(got, want):
+        problem = default_judge(check, got, want)
+        if problem and first_raised(got) is None and got and "tensor" in got[0]:
+            found = tensor_of(got[0])
+            if found.is_floating_point():
+                return with_other_hint(problem, masked_mistake(found, x, mask, dim, hint))
+        return problem
+
+    check.judge = judge
+    return check
+
+
+def random_mask(inputs, shape, p):
+    return inputs.rand(*shape) < p
+
+
+def softmax_masked(inputs):
+    scores = SCORES
+    last_two = torch.tensor([False, False, False, False, True, True])
+    checks = [masked_check("softmax_masked(journey_scores, last_two_hidden)", scores, last_two),
+              masked_check("softmax_masked(journey_scores, last_two_hidden[:, None], dim=0)", scores, last_two[:, None],
+                           dim=0),
+              masked_check("softmax_masked on [[0, 1, 1000]] with the 1000 hidden", torch.tensor([[0.0, 1.0, 1000.0]]),
+                           torch.tensor([[False, False, True]]), hint=HIDDEN_MAX)]
+    for shape, mask_shape, dim, scale in [((5,), (5,), -1, 1.0), ((4, 7), (4, 7), -1, 3.0), ((4, 7), (7,), -1, 10.0),
+                                          ((4, 7), (4, 1), 0, 3.0), ((2, 5, 5), (5, 5), -1, 100.0),
+                                          ((2, 3, 5), (2, 1, 5), -1, 1000.0), ((3, 2, 4, 6), (6,), -1, 1e4),
+                                          ((2, 6, 3), (1, 6, 1), -2, 30.0)]:
+        x = inputs.randn(*shape, scale=scale)
+        mask = random_mask(inputs, mask_shape, 0.3)
+        # the first entry of every slice along dim stays visible: fully hidden slices are the next cell's
+        mask.select(dim % len(shape) - (len(shape) - len(mask_shape)), 0).fill_(False)
+        checks.append(masked_check(f"softmax_masked on a random {shape} input times {scale:g} with a {mask_shape} "
+                                   f"mask and dim={dim}", x, mask, dim=dim))
+    # hidden entries far above the visible ones: they must not take part in the shift
+    x = inputs.randn(3, 8, scale=5.0)
+    mask = random_mask(inputs, (3, 8), 0.4)
+    mask[:, 0], mask[:, 1] = False, True
+    checks.append(masked_check("softmax_masked on a random (3, 8) input whose hidden entries are 1e4 larger",
+                               x + 1e4 * mask, mask, hint=HIDDEN_MAX))
+    return checks
+
+
+def bad_mask_check(what, x, mask):
+    p = Program()
+    p.call(G("softmax_masked"), p.tensor(x), p.tensor(mask))
+    return expect_value_error(what, p, "mask")
+
+
+def softmax_masked_blocked(inputs):
+    blocked_row = torch.tensor([[False, True, False], [False, False, False], [True, True, True]])
+    minus_inf = torch.tensor([[0.0, float("-inf"), 0.0], [float("-inf"), float("-inf"), float("-inf")]])
+    checks = [masked_check("softmax_masked with row 2 fully hidden", torch.tensor([[0.5, 2.0, 0.5], [1.0, 2.0, 3.0],
+                                                                                  [4.0, 5.0, 6.0]]), blocked_row,
+                           hint=BLOCKED),
+              masked_check("softmax_masked on scores that are already -inf, nothing hidden", minus_inf,
+                           torch.zeros(3, dtype=torch.bool), hint="a score of -inf counts as hidden; " + BLOCKED)]
+    for shape, dim, scale in [((4, 6), -1, 1.0), ((3, 5, 5), -1, 100.0), ((5, 4), 0, 10.0), ((2, 3, 4, 4), -1, 1e4),
+                              ((2, 4, 3), 1, 3.0)]:
+        x = inputs.randn(*shape, scale=scale)
+        mask = random_mask(inputs, shape, 0.3)
+        index = [inputs.randint(0, size) for size in shape]
+        index[dim] = slice(None)
+        mask[tuple(index)] = True  # one slice along dim fully hidden
+        checks.append(masked_check(f"softmax_masked on a random {shape} input times {scale:g} with a slice along "
+                                   f"dim={dim} fully hidden", x, mask, dim=dim, hint=BLOCKED))
+    x = inputs.randn(3, 5)
+    x[1] = float("-inf")
+    x[0, 2] = float("-inf")
+    checks.append(masked_check("softmax_masked on a random (3, 5) input with -inf scores and a row of -inf", x,
+                               random_mask(inputs, (5,), 0.2), hint="a score of -inf counts as hidden; " + BLOCKED))
+    for what, x, mask in [("softmax_masked with a float 0/1 mask", inputs.randn(4, 4), (inputs.rand(4, 4) < 0.5).float()),
+                          ("softmax_masked with an int mask", inputs.randn(3, 5), (inputs.rand(5) < 0.5).long()),
+                          ("softmax_masked with a (4,) bool mask on a (3, 5) input", inputs.randn(3, 5),
+                           inputs.rand(4) < 0.5),
+                          ("softmax_masked with a (2, 3, 5) bool mask on a (3, 5) input", inputs.randn(3, 5),
+                           inputs.rand(2, 3, 5) < 0.5)]:
+        checks.append(bad_mask_check(what, x, mask))
+    return checks
+
+
 CELLS = {
     "test_softmax_naive": softmax_naive,
     "test_softmax_stable": softmax_stable,
     "test_context_vectors_single": context_vectors_single,
     "test_context_vectors_batched": context_vectors_batched,
+    "test_softmax_masked": softmax_masked,
+    "test_softmax_masked_blocked": softmax_masked_blocked,
 }

@@ -4,7 +4,8 @@ import math
 import torch
 
 from attention_course import data
-from attention_grader.judging import G, Check, Expect, Program, compare, default_judge, raised_message
+from attention_grader.judging import (G, Check, Expect, Program, compare, default_judge, expect_value_error,
+                                      raised_message)
 from attention_grader.judges.common import (EXACT, differ, first_raised, forward_check, linear_state, shape_problem,
                                             tensor_of, with_hint)
 
@@ -296,9 +297,152 @@ def transfer_weights_v2_to_v1(inputs):
     return [transfer_check(inputs, d_in, d_out) for d_in, d_out in [(3, 2), (5, 3), (4, 4), (2, 7)]]
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Part 5: biases folded into the matrices (a transfer: the lesson moved weights without biases, the other way)
+# ---------------------------------------------------------------------------------------------------------------
+
+# Part 5 applies the lesson's weight transfer to a case it did not work through: a bias, and a module that has none.
+TRANSFER = {"test_transfer_biased_v2_to_v1", "test_transfer_biased_v2_to_v1_cases"}
+
+FOLD = ("[x, 1] @ M = x @ M[:-1] + M[-1]: the first d_in rows of the (d_in + 1, d_out) matrix are the layer's "
+        "weight transposed (weight.T), the last row, which meets the feature that is always 1, is its bias")
+
+
+def folded(weight, bias):
+    return torch.cat([weight.T, (bias if bias is not None else torch.zeros(weight.shape[0]))[None, :]], dim=0)
+
+
+def biased_mistake(got, weight, bias):
+    """The likely mistake, from the student's matrix for one layer (weight (d_out, d_in), bias (d_out,) or None)."""
+    zeros = torch.zeros(weight.shape[0])
+    bias_or_zeros = bias if bias is not None else zeros
+    guesses = [(torch.cat([bias_or_zeros[None, :], weight.T]), "the bias is in the first row: the feature that is "
+                "always 1 is appended as the LAST feature, so it meets the last row"),
+               (folded(weight, None), "the bias is lost: the last row of the matrix, which meets the feature that is "
+                "always 1, must hold the layer's bias"),
+               (torch.cat([weight.T, torch.ones(1, weight.shape[0])]), "the last row is the feature 1 itself, not the "
+                "bias: the product [x, 1] @ M adds the last row of M to every projection"),
+               (torch.cat([weight.T, -bias_or_zeros[None, :]]), "the bias has the wrong sign: nn.Linear adds it")]
+    if weight.shape[0] == weight.shape[1]:
+        guesses.append((torch.cat([weight, bias_or_zeros[None, :]]), "the weight is not transposed: nn.Linear "
+                        "stores it as (d_out, d_in) and computes x @ weight.T"))
+    for guess, text in guesses:
+        if got.shape == guess.shape and torch.allclose(got.double(), guess.double(), atol=1e-5):
+            return text
+    return FOLD
+
+
+def biased_check(inputs, d_in, d_out, bias):
+    """The student's transfer between stand-ins built from torch.nn only (an nn.ModuleDict of three nn.Linear layers
+    and an nn.ParameterDict of three (d_in + 1, d_out) matrices, with the classes' attribute names), so that a bug in
+    Part 2 or 3 costs nothing here."""
+    what = f"transfer_biased_v2_to_v1(sa_v2, sa_v1) with d_in={d_in}, d_out={d_out}, qkv_bias={bias}"
+    nn = G("torch").attr("nn")
+    v2_state = {}
+    for name in NAMES:
+        v2_state[f"{name}.weight"] = inputs.randn(d_out, d_in)
+        if bias:
+            v2_state[f"{name}.bias"] = inputs.randn(d_out)
+    v1_before = {name: inputs.randn(d_in + 1, d_out) for name in NAMES}
+    p = Program()
+    sa_v2 = p.call(nn.attr("ModuleDict"), [(name, p.call(nn.attr("Linear"), d_in, d_out, bias=bias))
+                                           for name in NAMES])
+    p.load(sa_v2, v2_state)
+    sa_v1 = p.call(nn.attr("ParameterDict"), [(name, p.call(nn.attr("Parameter"), p.tensor(v1_before[name])))
+                                              for name in NAMES])
+    p.call(G("transfer_biased_v2_to_v1"), sa_v2, sa_v1, grad=True)  # with autograd on, as a student calls it
+    p.record(sa_v1, "sa_v1 after the call", kind="state")
+    p.record(sa_v1, "the parameters of sa_v1", kind="parameters")
+    p.record(sa_v2, "sa_v2 after the call", kind="state")
+    for name in NAMES:  # training sa_v2 further must leave sa_v1 alone
+        p.call(nn.attr("init").attr("zeros_"), sa_v2.attr(name).attr("weight"))
+        if bias:
+            p.call(nn.attr("init").attr("zeros_"), sa_v2.attr(name).attr("bias"))
+    p.record(sa_v1, "sa_v1 after sa_v2's weights changed", kind="state")
+    no_bias = ("a layer built with bias=False has .bias None: it adds nothing, so the last row is zeros"
+               if not bias else FOLD)
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found and found[0] <= 1:
+            return raised_message(what, found[1], no_bias if not bias else
+                                  "build each (d_in + 1, d_out) matrix from the layer's weight (d_out, d_in), "
+                                  "transposed, and its bias (d_out,) as one more row; " + FOLD)
+        if found:
+            return raised_message(f"{what}, then changing sa_v2's weights in place", found[1],
+                                  "sa_v2 must keep its nn.Linear layers and their weights")
+        problem = compare(got[0], want[0], f"{what}: loading sa_v2", EXACT)
+        if problem:
+            return problem
+        state = got[1].get("state", {})
+        if state.keys() == v1_before.keys() and all(
+                not compare({"tensor": state[name]}, {"tensor": encode(v1_before[name])}, "", EXACT)
+                for name in NAMES):
+            return with_hint(f"{what} left sa_v1 unchanged", "change the sa_v1 you were given in place (copy into "
+                                                             "its parameters, or assign new nn.Parameters); building "
+                                                             "and returning a new module does not count")
+        problem = compare(got[1], want[1], f"{what}: sa_v1", Expect(""))
+        if problem:
+            hint = FOLD
+            for name in NAMES:
+                if name in state:
+                    matrix = tensor_of({"tensor": state[name]})
+                    weight = v2_state[f"{name}.weight"]
+                    guess = biased_mistake(matrix, weight, v2_state.get(f"{name}.bias"))
+                    if guess != FOLD or not torch.allclose(matrix.double(), folded(
+                            weight, v2_state.get(f"{name}.bias")).double(), atol=1e-5):
+                        hint = guess
+                        break
+            return with_hint(problem, hint)
+        problem = with_hint(compare(got[2], want[2], f"{what}: sa_v1", EXACT),
+                            "keep sa_v1's parameters named W_query, W_key, W_value, of shape (d_in + 1, d_out)")
+        if problem:
+            return problem
+        frozen = [str(entry[0]) for entry in got[2]["parameters"] if entry[2] is not True]
+        if frozen:
+            return with_hint(f"after {what}, sa_v1.{frozen[0]} is no longer a trainable parameter",
+                             "copy into the existing parameters under torch.no_grad(), or assign an nn.Parameter")
+        problem = with_hint(compare(got[3], want[3], f"{what}: sa_v2 after the call", EXACT),
+                            "copy from sa_v2 into sa_v1, not the other way round, and leave sa_v2 as it was")
+        if problem:
+            return problem
+        if compare(got[4], got[1], "", EXACT):
+            return with_hint(f"{what}: sa_v1 changes when sa_v2's weights are changed in place afterwards",
+                             "sa_v1 must hold its own copies: a view of sa_v2's weights (or a Parameter built "
+                             "on one) changes along with them")
+        return None
+
+    return Check(what, p, judge=judge)
+
+
+def transfer_biased_v2_to_v1(inputs):
+    return [biased_check(inputs, d_in, d_out, True) for d_in, d_out in [(3, 2), (5, 3), (4, 4), (2, 7)]]
+
+
+def wrong_size_check(inputs, d_in, d_out, rows, cols, bias):
+    nn = G("torch").attr("nn")
+    p = Program()
+    sa_v2 = p.call(nn.attr("ModuleDict"), [(name, p.call(nn.attr("Linear"), d_in, d_out, bias=bias))
+                                           for name in NAMES])
+    sa_v1 = p.call(nn.attr("ParameterDict"), [(name, p.call(nn.attr("Parameter"), p.tensor(inputs.randn(rows, cols))))
+                                              for name in NAMES])
+    p.call(G("transfer_biased_v2_to_v1"), sa_v2, sa_v1)
+    return expect_value_error(f"transfer_biased_v2_to_v1 from a ({d_in} -> {d_out}) sa_v2 into an sa_v1 of "
+                              f"({rows}, {cols}) matrices", p, "sa_v1")
+
+
+def transfer_biased_v2_to_v1_cases(inputs):
+    checks = [biased_check(inputs, d_in, d_out, False) for d_in, d_out in [(3, 2), (5, 3), (4, 4)]]
+    checks += [wrong_size_check(inputs, 3, 2, 3, 2, True), wrong_size_check(inputs, 3, 2, 4, 3, True),
+               wrong_size_check(inputs, 5, 3, 5, 3, False), wrong_size_check(inputs, 4, 4, 6, 4, True)]
+    return checks
+
+
 CELLS = {
     "test_scaled_dot_product_attention": scaled_dot_product_attention,
     "test_self_attention_v1": self_attention_v1,
     "test_self_attention_v2": self_attention_v2,
     "test_transfer_weights_v2_to_v1": transfer_weights_v2_to_v1,
+    "test_transfer_biased_v2_to_v1": transfer_biased_v2_to_v1,
+    "test_transfer_biased_v2_to_v1_cases": transfer_biased_v2_to_v1_cases,
 }
