@@ -75,6 +75,30 @@ def expect_close(name, actual, expected, hint="", atol=1e-4, rtol=1e-4):
         fail(f"{name} has the wrong values (largest difference {largest:.3g})", expected, actual, hint)
 
 
+# What PyTorch's own error messages most often mean in these exercises, for a failure that has no hint of its own.
+ERROR_HINTS = [
+    ("view size is not compatible", "a view after transpose or permute needs .contiguous() first (or use .reshape)"),
+    ("mat1 and mat2 shapes cannot be multiplied", "the inner sizes of a matrix product must match: check which "
+                                                  "operand is transposed, and over which dimensions"),
+    ("must match the size of tensor", "two shapes that do not broadcast: print both operands' shapes at that line"),
+    ("is invalid for input of size", "the sizes of the new shape must multiply to the tensor's number of elements"),
+    ("out of range", "an index or a dimension past the end: count the dimensions of a batched input too"),
+    ("expected scalar type", "two tensors of different dtypes in one operation: make them the same (e.g. .to(x.dtype))"),
+    ("Expected size for first two dimensions", "a batched matrix product of tensors whose batch dimensions differ: "
+                                               "print both operands' shapes at that line"),
+    ("object has no attribute", "a name the task uses is missing or spelt otherwise: create it (in __init__ for a "
+                                "module) under exactly that name"),
+]
+
+
+def error_hint(error, kind=None):
+    """The likely meaning of an exception (or of its message and the name of its type) that came with no hint."""
+    kind = kind or type(error).__name__
+    if kind == "ValueError":
+        return "your code raised this ValueError on an input the exercise allows: check the condition that raises it"
+    return next((hint for words, hint in ERROR_HINTS if words in str(error)), "")
+
+
 def expect_runs(description, function, *args, hint="", **kwargs):
     """Call function(*args, **kwargs) and return its result; an exception becomes a failure that says where it came from."""
     try:
@@ -83,6 +107,7 @@ def expect_runs(description, function, *args, hint="", **kwargs):
         raise CheckFailed(f"{description} is not written yet: replace the `raise NotImplementedError` line") from None
     except Exception as error:
         message = f"{description} raised {type(error).__name__}: {error}"
+        hint = hint or error_hint(error)
         raise CheckFailed(message + (f"\n  likely mistake: {hint}" if hint else "")) from error
 
 

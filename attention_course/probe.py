@@ -201,9 +201,12 @@ class Interpreter:
             return encode(value)
         if kind == "type":
             return {"type": type(value).__name__, "module": isinstance(value, torch.nn.Module)}
-        if kind == "parameters":
-            return {"parameters": [[name, list(p.shape), bool(p.requires_grad)] for name, p in
-                                   list(value.named_parameters())[:MAX_ITEMS]]}
+        if kind == "parameters":  # a parameter that is another's tensor (tied weights) names the first: [.., first]
+            first, listed = {}, []
+            for name, p in list(value.named_parameters(remove_duplicate=False))[:MAX_ITEMS]:
+                listed.append([name, list(p.shape), bool(p.requires_grad)] + ([first[id(p)]] if id(p) in first else []))
+                first.setdefault(id(p), name)
+            return {"parameters": listed}
         if kind == "buffers":
             persistent = set(value.state_dict())
             return {"buffers": [[name, list(b.shape), name in persistent] for name, b in

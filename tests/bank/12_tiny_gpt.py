@@ -473,6 +473,12 @@ VARIANTS = {
         "cells": {"tiny_gpt": _SILENCE_CHECKS + _edit(_GPT, (" + self.pos_emb(torch.arange(start, start + t))", ""))},
         "fails": {"test_tiny_gpt": "pos_emb(positions"},
     },
+    "gpt_tied_head": {
+        "kind": "mistake",
+        "cells": {"tiny_gpt": _edit(_GPT, ("        self.cached = 0\n",
+                                           "        self.out_head.weight = self.tok_emb.weight\n        self.cached = 0\n"))},
+        "fails": {"test_tiny_gpt": "GPT-2 ties them"},
+    },
     "gpt_no_final_norm": {
         "kind": "mistake",
         "cells": {"tiny_gpt": _SILENCE_CHECKS + _edit(_GPT, ("self.out_head(self.final_norm(x))", "self.out_head(x)"))},
