@@ -114,6 +114,14 @@ META_CALLS = {
          (2, 5, 11)),
         ("TinyGPT, a prompt then one cached token", lambda ns: gpt_cached_twice(ns), (2, 1, 11)),
     ],
+    "13_attention_backward": [
+        ("attention_backward, causal", lambda ns: ns["attention_backward"](*(meta(2, 3, 5, 4) for _ in range(4)), None,
+                                                                          True)[0], (2, 3, 5, 4)),
+        ("FlashAttention.apply, causal", lambda ns: ns["FlashAttention"].apply(*(meta(2, 3, 5, 4) for _ in range(3)),
+                                                                              True, 2, 3), (2, 3, 5, 4)),
+        ("attention_lse_backward, causal", lambda ns: ns["attention_lse_backward"](
+            *(meta(2, 3, 5, 4) for _ in range(4)), meta(2, 3, 5), None, True)[0], (2, 3, 5, 4)),
+    ],
 }
 
 

@@ -1,0 +1,206 @@
+"""Submission bank for step 13: correct variants written another way, and common mistakes."""
+import json
+from pathlib import Path
+
+from bank import edit as _edit
+
+# The cheats of tests/bank/integrity.py ride on this mistake: it returns wrong gradients rather than raising, so a cheat
+# that silences the checks would really earn its points if the grader let it.
+CHEATS_RIDE_ON = "backward_d_from_dp"
+
+_SOURCE = Path(__file__).resolve().parents[2] / "source" / "13_attention_backward" / "13_attention_backward.ipynb"
+
+
+def _answer_key():
+    """The answer key's solution cells by grade_id, without the ### BEGIN/END SOLUTION markers."""
+    cells = {}
+    for cell in json.loads(_SOURCE.read_text())["cells"]:
+        meta = cell["metadata"].get("nbgrader", {})
+        if meta.get("solution"):
+            text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            cells[meta["grade_id"]] = "".join(line for line in text.splitlines(keepends=True)
+                                              if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line)
+    return cells
+
+
+_KEY = _answer_key()
+_BACKWARD, _FLASH, _LSE = _KEY["attention_backward"], _KEY["FlashAttention"], _KEY["attention_lse_backward"]
+
+_EINSUM_BACKWARD = (
+    "def attention_backward(q, k, v, d_out, scale=None, causal=False):\n"
+    "    if d_out.shape != q.shape[:-1] + v.shape[-1:]:\n"
+    "        raise ValueError(f'd_out has shape {tuple(d_out.shape)}, not the output\\'s')\n"
+    "    if scale is None:\n"
+    "        scale = q.shape[-1] ** -0.5\n"
+    "    scores = torch.einsum('bhid,bhjd->bhij', q, k) * scale\n"
+    "    if causal:\n"
+    "        n_q, n_k = scores.shape[-2:]\n"
+    "        future = torch.arange(n_k)[None, :] > torch.arange(n_q)[:, None] + (n_k - n_q)\n"
+    "        scores = torch.where(future, torch.full_like(scores, -1e9), scores)\n"
+    "    weights = F.softmax(scores, dim=-1)\n"
+    "    d_weights = torch.einsum('bhid,bhjd->bhij', d_out, v)\n"
+    "    # the Jacobian-vector product of softmax, row by row: P * (dP - <P, dP>)\n"
+    "    d_scores = weights * (d_weights - (weights * d_weights).sum(dim=-1, keepdim=True))\n"
+    "    d_q = torch.einsum('bhij,bhjd->bhid', d_scores, k) * scale\n"
+    "    d_k = torch.einsum('bhij,bhid->bhjd', d_scores, q) * scale\n"
+    "    d_v = torch.einsum('bhij,bhid->bhjd', weights, d_out)\n"
+    "    return d_q, d_k, d_v\n"
+)
+
+# The backward with query tiles outside and key tiles inside (the forward's order; both FlashAttention papers put the
+# key tiles outside in the backward); torch.where and a large negative instead of masked_fill and -inf; the forward's
+# blocks taken with split, the output normalised once per query tile.
+_FLASH_QUERY_TILES_OUTSIDE = (
+    "class FlashAttention(torch.autograd.Function):\n"
+    "    @staticmethod\n"
+    "    def forward(ctx, q, k, v, causal=False, block_q=16, block_k=16):\n"
+    "        if block_q < 1 or block_k < 1:\n"
+    "            raise ValueError('block_q and block_k must be at least 1')\n"
+    "        work = torch.float32 if q.dtype == torch.bfloat16 else q.dtype\n"
+    "        scale = q.shape[-1] ** -0.5\n"
+    "        outs, lses = [], []\n"
+    "        for qs, q_blk in zip(range(0, q.shape[-2], block_q), q.to(work).split(block_q, dim=-2)):\n"
+    "            row_max = q_blk.new_full(q_blk.shape[:-1] + (1,), -1e30)\n"
+    "            row_sum = q_blk.new_zeros(q_blk.shape[:-1] + (1,))\n"
+    "            acc = q_blk.new_zeros(q_blk.shape[:-1] + (v.shape[-1],))\n"
+    "            for ks, (k_blk, v_blk) in zip(range(0, k.shape[-2], block_k),\n"
+    "                                          zip(k.to(work).split(block_k, dim=-2), v.to(work).split(block_k, dim=-2))):\n"
+    "                sc = torch.einsum('bhid,bhjd->bhij', q_blk, k_blk) * scale\n"
+    "                if causal:\n"
+    "                    i = torch.arange(qs, qs + q_blk.shape[-2])[:, None]\n"
+    "                    j = torch.arange(ks, ks + k_blk.shape[-2])[None, :]\n"
+    "                    sc = torch.where(j > i, torch.full_like(sc, -1e30), sc)\n"
+    "                new_max = torch.maximum(row_max, sc.amax(-1, keepdim=True))\n"
+    "                w = torch.exp(sc - new_max)\n"
+    "                c = torch.exp(row_max - new_max)\n"
+    "                row_sum = row_sum * c + w.sum(-1, keepdim=True)\n"
+    "                acc = acc * c + w @ v_blk\n"
+    "                row_max = new_max\n"
+    "            outs.append(acc / row_sum)\n"
+    "            lses.append((row_max + row_sum.log()).squeeze(-1))\n"
+    "        out, lse = torch.cat(outs, dim=-2).to(q.dtype), torch.cat(lses, dim=-1)\n"
+    "        ctx.save_for_backward(q, k, v, out, lse)\n"
+    "        ctx.causal, ctx.block_q, ctx.block_k = causal, block_q, block_k\n"
+    "        return out\n"
+    "\n"
+    "    @staticmethod\n"
+    "    def backward(ctx, grad_out):\n"
+    "        q, k, v, out, lse = ctx.saved_tensors\n"
+    "        bq, bk, scale, work = ctx.block_q, ctx.block_k, q.shape[-1] ** -0.5, lse.dtype\n"
+    "        qw, kw, vw, gw = q.to(work), k.to(work), v.to(work), grad_out.to(work)\n"
+    "        delta = (gw * out.to(work)).sum(-1)\n"
+    "        dq, dk, dv = torch.zeros_like(qw), torch.zeros_like(kw), torch.zeros_like(vw)\n"
+    "        for qs in range(0, q.shape[-2], bq):\n"
+    "            qe = min(qs + bq, q.shape[-2])\n"
+    "            for ks in range(0, k.shape[-2], bk):\n"
+    "                ke = min(ks + bk, k.shape[-2])\n"
+    "                sc = qw[..., qs:qe, :] @ kw[..., ks:ke, :].mT * scale\n"
+    "                if ctx.causal:\n"
+    "                    future = torch.arange(ks, ke)[None, :] > torch.arange(qs, qe)[:, None]\n"
+    "                    sc = torch.where(future, torch.full_like(sc, -1e30), sc)\n"
+    "                w = torch.exp(sc - lse[..., qs:qe].unsqueeze(-1))\n"
+    "                dv[..., ks:ke, :] += w.mT @ gw[..., qs:qe, :]\n"
+    "                dw = gw[..., qs:qe, :] @ vw[..., ks:ke, :].mT\n"
+    "                ds = w * (dw - delta[..., qs:qe].unsqueeze(-1)) * scale\n"
+    "                dq[..., qs:qe, :] += ds @ kw[..., ks:ke, :]\n"
+    "                dk[..., ks:ke, :] += ds.mT @ qw[..., qs:qe, :]\n"
+    "        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None\n"
+)
+
+_EINSUM_LSE = (
+    "def attention_lse_backward(q, k, v, d_out, d_lse, scale=None, causal=False):\n"
+    "    if d_lse.shape != q.shape[:-1]:\n"
+    "        raise ValueError('d_lse must have shape (b, H, T)')\n"
+    "    scale = q.shape[-1] ** -0.5 if scale is None else scale\n"
+    "    s = torch.einsum('bhid,bhjd->bhij', q, k) * scale\n"
+    "    if causal:\n"
+    "        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), -1e9)\n"
+    "    p = s.softmax(-1)\n"
+    "    dp = torch.einsum('bhid,bhjd->bhij', d_out, v)\n"
+    "    # L = log sum exp(S): dL/dS = P, so d_lse adds P * d_lse to dS\n"
+    "    ds = p * (dp - (p * dp).sum(-1, keepdim=True)) + p * d_lse.unsqueeze(-1)\n"
+    "    return (torch.einsum('bhij,bhjd->bhid', ds, k) * scale, torch.einsum('bhij,bhid->bhjd', ds, q) * scale,\n"
+    "            torch.einsum('bhij,bhid->bhjd', p, d_out))\n"
+)
+
+VARIANTS = {
+    "einsum_rowsum_of_p_dp": {
+        "kind": "correct",
+        "cells": {"attention_backward": _EINSUM_BACKWARD, "attention_lse_backward": _EINSUM_LSE},
+    },
+    "flash_query_tiles_outside_where_large_negative": {
+        "kind": "correct",
+        "cells": {"FlashAttention": _FLASH_QUERY_TILES_OUTSIDE},
+    },
+    "flash_key_default_blocks_changed": {
+        "kind": "correct",
+        "cells": {"FlashAttention": _edit(_FLASH, ("block_q=16, block_k=16", "block_q=64, block_k=32"))},
+    },
+    "backward_d_from_dp": {
+        "kind": "mistake",
+        "cells": {"attention_backward": _edit(_BACKWARD, ("(d_out * o).sum(-1, keepdim=True)", "d_p.sum(-1, keepdim=True)"))},
+        "fails": {"test_attention_backward": "not rowsum(dP)", "test_attention_backward_causal": "not rowsum(dP)"},
+    },
+    "backward_d_forgotten": {
+        "kind": "mistake",
+        "cells": {"attention_backward": _edit(_BACKWARD, ("d_s = p * (d_p - d)", "d_s = p * d_p"))},
+        "fails": {"test_attention_backward": "-P P^T", "test_attention_backward_causal": "-P P^T"},
+    },
+    "backward_scale_missing": {
+        "kind": "mistake",
+        "cells": {"attention_backward": _edit(_BACKWARD, ("return scale * d_s @ k, scale * d_s.transpose(-2, -1) @ q",
+                                                          "return d_s @ k, d_s.transpose(-2, -1) @ q"))},
+        "fails": {"test_attention_backward": "scale is missing", "test_attention_backward_causal": "scale is missing"},
+    },
+    "backward_scale_twice": {
+        "kind": "mistake",
+        "cells": {"attention_backward": _edit(_BACKWARD, ("d_s = p * (d_p - d)", "d_s = scale * p * (d_p - d)"))},
+        "fails": {"test_attention_backward": "applied twice", "test_attention_backward_causal": "applied twice"},
+    },
+    "backward_weights_not_transposed_for_d_v": {
+        "kind": "mistake",
+        "cells": {"attention_backward": _edit(_BACKWARD, ("d_v = p.transpose(-2, -1) @ d_out", "d_v = p @ d_out"))},
+        "fails": {"test_attention_backward": "not P dO", "test_attention_backward_causal": "not P dO"},
+    },
+    "backward_causal_mask_missing": {
+        "kind": "mistake",
+        "cells": {"attention_backward": _edit(_BACKWARD, ("    if causal:\n", "    if False:\n"))},
+        "fails": {"test_attention_backward_causal": "same masked weights"},
+    },
+    "flash_saves_the_weights": {
+        "kind": "mistake",
+        "cells": {"FlashAttention": _edit(
+            _FLASH, ("ctx.save_for_backward(q, k, v, o, lse)",
+                     "ctx.save_for_backward(q, k, v, o, lse, torch.softmax(scale * q @ k.transpose(-2, -1), -1))"),
+            ("q, k, v, o, lse = ctx.saved_tensors", "q, k, v, o, lse = ctx.saved_tensors[:5]"))},
+        "fails": {"test_flash_attention_forward": "(T, T) tensor is saved"},
+    },
+    "flash_backward_without_subtracting_l": {
+        "kind": "mistake",
+        "cells": {"FlashAttention": _edit(_FLASH, ("p = torch.exp(s - lse[..., i:i + block_q, None])", "p = torch.exp(s)"))},
+        "fails": {"test_flash_attention_backward": "exp(s - L)"},
+    },
+    "flash_backward_causal_mask_missing": {
+        "kind": "mistake",
+        "cells": {"FlashAttention": _edit(_FLASH, ("            for i in range(0, q.shape[-2], block_q):",
+                                                   "            for i in range(0, q.shape[-2], block_q):\n"
+                                                   "                causal = False"))},
+        "fails": {"test_flash_attention_backward": "masked like the forward"},
+    },
+    "flash_skips_the_last_tile": {
+        "kind": "mistake",
+        "cells": {"FlashAttention": _edit(_FLASH, ("for j in range(0, t_k, block_k):",
+                                                   "for j in range(0, t_k - block_k + 1, block_k):"))},
+        "fails": {"test_flash_attention_forward": "may be shorter", "test_flash_attention_backward": "exp(s - L)"},
+    },
+    "lse_gradient_ignored": {
+        "kind": "mistake",
+        "cells": {"attention_lse_backward": _edit(_LSE, (" + d_lse[..., None])", ")"))},
+        "fails": {"test_attention_lse_backward": "dL/dS = P"},
+    },
+    "lse_gradient_subtracted": {
+        "kind": "mistake",
+        "cells": {"attention_lse_backward": _edit(_LSE, (" + d_lse[..., None])", " - d_lse[..., None])"))},
+        "fails": {"test_attention_lse_backward": "what is dL/dS"},
+    },
+}
