@@ -211,6 +211,8 @@ RULE, KERNEL_RULE = judging.allow_only("softmax_naive", "softmax_naive", "write 
     ("def softmax_naive(x, dim=-1):\n    e = x.exp()\n    return e / e.sum(dim, keepdim=True)\n"
      "def other(x, dim=-1):\n    return torch.softmax(x, dim)\nsoftmax_naive.__code__ = other.__code__", "__code__"),
     ("globals().update(softmax_naive=torch.softmax)", "globals"),
+    ("class Heads:\n    def __init__(self):\n        setattr(self, 'count', 2)\n"
+     "def softmax_naive(x, dim=-1):\n    e = x.exp()\n    return e / e.sum(dim, keepdim=True)", None),
 ])
 def test_rules_about_how_are_judged_from_the_cells_as_ipython_runs_them(code, uses):
     message = RULE.source_rule({"softmax_naive": code})

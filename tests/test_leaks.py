@@ -182,7 +182,7 @@ def core(line):
 
 
 # Steps whose exercises are still to be rewritten (issue 34): expected to fail until they are, and flagged when they pass.
-NOT_YET_REWRITTEN = {"decisive": {"05_dropout"}, "transfer": {"05_dropout", "06_multihead_wrapper"}}
+NOT_YET_REWRITTEN = {"decisive": set(), "transfer": set()}  # steps whose exercise is being rewritten (issue 34)
 
 
 def holds(step, ok, message, rule):

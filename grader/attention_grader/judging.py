@@ -281,9 +281,9 @@ def compare(got, want, name, expect):
     if kind == "parameters":
         if _kind(got) != "parameters":
             return f"{name}: no parameters were recorded"
-        expected = {str(n): tuple(s) for n, s, *tied in want["parameters"] if not tied}
-        actual = {str(n): tuple(s) for n, s, *tied in got["parameters"] if not tied}
-        tied = {str(n): str(t[0]) for n, s, *t in got["parameters"] if t}
+        expected = {str(n): tuple(s) for n, s, _, *tied in want["parameters"] if not tied}
+        actual = {str(n): tuple(s) for n, s, _, *tied in got["parameters"] if not tied}
+        tied = {str(n): str(t[0]) for n, s, _, *t in got["parameters"] if t}
         if actual != expected:
             missing, extra = sorted(set(expected) - set(actual)), sorted(set(actual) - set(expected))
             shapes = sorted(n for n in set(expected) & set(actual) if expected[n] != actual[n])
@@ -497,10 +497,15 @@ REBINDING = {"globals", "vars", "locals", "exec", "eval", "compile", "setattr", 
 
 
 def _rebinding(tree):
-    """What in a cell can rebind a name behind the source's back (globals()[...] = ..., f.__code__ = ...)."""
+    """What in a cell can rebind a name behind the source's back (globals()[...] = ..., f.__code__ = ...); a module's
+    setattr(self, ...) on its own attributes is not that."""
+    own = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+           and node.func.id in ("setattr", "delattr") and node.args and isinstance(node.args[0], ast.Name)
+           and node.args[0].id == "self"}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id in REBINDING or isinstance(node, ast.Attribute) and node.attr in \
-                REBINDING and not (node.attr == "modules" and ast.unparse(node.value) != "sys"):
+        if isinstance(node, ast.Name) and node.id in REBINDING and id(node) not in own or isinstance(
+                node, ast.Attribute) and node.attr in REBINDING and not (
+                node.attr == "modules" and ast.unparse(node.value) != "sys"):
             yield ast.unparse(node)
 
 

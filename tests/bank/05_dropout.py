@@ -1,5 +1,15 @@
 """Submission bank for step 05: correct variants written another way, and common mistakes."""
 
+# Lines of the answer key carried over from step 04's CausalSelfAttention (CausalAttention is it plus dropout).
+SHARED_LINES = [
+    "self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)",
+    "self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)",
+    "self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)",
+    "attn_scores = queries @ keys.transpose(-2, -1)",
+    "attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)",
+    "return attn_weights @ values",
+]
+
 _CAUSAL_ATTENTION = '''class CausalAttention(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
         super().__init__()
@@ -42,6 +52,22 @@ _SWITCHES = ("    if not training or p == 0:\n"
              "    if p == 1:\n"
              "        return torch.zeros_like(x)\n")
 _DRAW = "    keep = torch.rand(x.shape, generator=generator) >= p\n"
+
+_DROP_KEYS_HEAD = ("def drop_keys(attn_scores, p, training=True, generator=None):\n"
+                   "    if not 0 <= p <= 1:\n"
+                   "        raise ValueError(f'p must be in [0, 1], got p={p}')\n")
+_KEY_DRAW = ("    shape = attn_scores.shape[:-2] + (1, attn_scores.shape[-1])\n"
+             "    gone = torch.rand(shape, generator=generator) < p\n")
+
+
+def _drop_keys(draw=_KEY_DRAW, hide="    attn_scores = attn_scores.masked_fill(gone, float('-inf'))\n",
+               finish="    return torch.softmax(attn_scores, dim=-1).nan_to_num(nan=0.0)\n", switch=True):
+    source = _DROP_KEYS_HEAD
+    if switch:
+        source += "    if training and p > 0:\n" + "".join("    " + line + "\n" for line in (draw + hide).splitlines())
+    else:
+        source += draw + hide
+    return source + finish
 
 VARIANTS = {
     "bernoulli_mask": {
@@ -232,5 +258,79 @@ VARIANTS = {
         "kind": "mistake",
         "cells": {"causal_attention": _causal_attention(softmax="attn_weights = torch.softmax(attn_scores, dim=-1)")},
         "fails": {"test_causal_attention": "sqrt(d_out)"},
+    },
+    "drop_keys_renormalised_after_softmax": {
+        # the softmax over the kept keys equals the full softmax times the kept keys, renormalised: correct
+        "kind": "correct",
+        "cells": {"drop_keys":
+            "def drop_keys(attn_scores, p, training=True, generator=None):\n"
+            "    if p < 0 or p > 1:\n"
+            "        raise ValueError(f'the probability p={p} is not in [0, 1]')\n"
+            "    weights = torch.softmax(attn_scores, dim=-1)\n"
+            "    if not training or p == 0:\n"
+            "        return weights\n"
+            "    *lead, t_q, t_k = attn_scores.shape\n"
+            "    keep = torch.bernoulli(torch.full((*lead, 1, t_k), 1.0 - p), generator=generator)\n"
+            "    weights = weights * keep\n"
+            "    total = weights.sum(dim=-1, keepdim=True)\n"
+            "    return torch.where(total > 0, weights / torch.where(total > 0, total, torch.ones_like(total)), 0.0)\n"},
+    },
+    "drop_keys_large_negative_and_visible": {
+        # a large negative number instead of -inf, empty rows zeroed by what each query can still see: correct
+        "kind": "correct",
+        "cells": {"drop_keys":
+            "import torch.nn.functional as F\n\n\n"
+            "def drop_keys(attn_scores, p, training=True, generator=None):\n"
+            "    if not (0.0 <= p <= 1.0):\n"
+            "        raise ValueError('p must be a probability in [0, 1]')\n"
+            "    visible = torch.isfinite(attn_scores)\n"
+            "    if training and p > 0:\n"
+            "        u = torch.rand(*attn_scores.shape[:-2], 1, attn_scores.size(-1), generator=generator)\n"
+            "        visible = visible & (u >= p)\n"
+            "    low = torch.finfo(attn_scores.dtype).min\n"
+            "    weights = F.softmax(torch.where(visible, attn_scores, low), dim=-1)\n"
+            "    return weights * visible\n"},
+    },
+    "drop_keys_per_weight": {
+        "kind": "mistake",
+        "cells": {"drop_keys": _drop_keys(draw="    gone = torch.rand(attn_scores.shape, generator=generator) < p\n")},
+        "fails": {"test_drop_keys": "whole keys", "test_drop_keys_statistics": "whole keys"},
+    },
+    "drop_keys_lesson_dropout_after_softmax": {
+        "kind": "mistake",
+        "cells": {"drop_keys": _DROP_KEYS_HEAD +
+                  "    return dropout(torch.softmax(attn_scores, dim=-1), p, training=training, generator=generator)\n"},
+        "fails": {"test_drop_keys": "before the softmax", "test_drop_keys_statistics": "whole keys"},
+    },
+    "drop_keys_rescaled": {
+        "kind": "mistake",
+        "cells": {"drop_keys": _drop_keys(finish="    weights = torch.softmax(attn_scores, dim=-1).nan_to_num(nan=0.0)\n"
+                                                 "    return weights / (1 - p) if training and p < 1 else weights\n")},
+        "fails": {"test_drop_keys": "no division by 1 - p"},
+    },
+    "drop_keys_nan_rows": {
+        "kind": "mistake",
+        "cells": {"drop_keys": _drop_keys(finish="    return torch.softmax(attn_scores, dim=-1)\n")},
+        "fails": {"test_drop_keys": "nan", "test_drop_keys_statistics": "nan"},
+    },
+    "drop_keys_score_zeroed": {
+        "kind": "mistake",
+        "cells": {"drop_keys": _drop_keys(hide="    attn_scores = attn_scores.masked_fill(gone, 0.0)\n")},
+        "fails": {"test_drop_keys": "a score of 0", "test_drop_keys_statistics": "a score of 0"},
+    },
+    "drop_keys_mask_shared_by_batch": {
+        "kind": "mistake",
+        "cells": {"drop_keys": _drop_keys(draw="    gone = torch.rand(attn_scores.shape[-1], generator=generator) < p\n")},
+        "fails": {"test_drop_keys_statistics": "shared by the whole batch"},
+    },
+    "drop_keys_ignores_training": {
+        "kind": "mistake",
+        "cells": {"drop_keys": _drop_keys(switch=False)},
+        "fails": {"test_drop_keys": "training=False"},
+    },
+    "drop_keys_keeps_with_probability_p": {
+        "kind": "mistake",
+        "cells": {"drop_keys": _drop_keys(draw=_KEY_DRAW.replace("< p", ">= p"))},
+        "fails": {"test_drop_keys": "p = 1 drops every key", "test_drop_keys_statistics": "swapped"},
     },
 }

@@ -15,6 +15,28 @@ def _wrapper(check=_CHECK, heads=_HEADS, forward=_FORWARD):
     return _HEAD + check + heads + forward
 
 
+_LOOKBACK = """class LookbackWrapper(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, windows, qkv_bias=False):
+        super().__init__()
+CHECK
+        self.heads = HOLDER
+        for window in windows:
+            head = CausalAttention(d_in, d_out, context_length, dropout, qkv_bias)
+            ones = torch.ones(context_length, context_length, dtype=torch.bool)
+            head.register_buffer("mask", MASK)
+            self.heads.append(head)
+
+    def forward(self, x):
+        return torch.cat([head(x) for head in self.heads], dim=-1)
+"""
+_WINDOWS_CHECK = ("        if len(windows) == 0 or any(w < 1 for w in windows):\n"
+                  "            raise ValueError(f'every head needs a window >= 1, got windows={windows}')")
+
+
+def _lookback(mask="torch.triu(ones, 1) | torch.tril(ones, -window)", check=_WINDOWS_CHECK, holder="nn.ModuleList()"):
+    return _LOOKBACK.replace("CHECK", check).replace("MASK", mask).replace("HOLDER", holder)
+
+
 VARIANTS = {
     "loop_append": {
         "kind": "correct",
@@ -76,7 +98,7 @@ VARIANTS = {
         "cells": {"multihead_wrapper": _wrapper(
             forward="\n    def forward(self, x):\n"
                     "        return torch.cat([head(x) for head in self.heads], dim=1)\n")},
-        "fails": {"test_wrapper_output": "dim=-1"},
+        "fails": {"test_wrapper_output": "last dimension"},
     },
     "stacked_and_interleaved": {
         "kind": "mistake",
@@ -91,7 +113,7 @@ VARIANTS = {
         "cells": {"multihead_wrapper": _wrapper(
             heads="        self.heads = nn.ModuleList(\n"
                   "            [CausalAttention(d_in, d_out, context_length, 0.0, qkv_bias) for _ in range(num_heads)])\n")},
-        "fails": {"test_wrapper_heads": "pass dropout on"},
+        "fails": {"test_wrapper_heads": "the wrapper's dropout probability"},
     },
     "qkv_bias_not_passed": {
         # the visible tests never ask for biases; the registered parameters of Part 2 include them
@@ -113,7 +135,7 @@ VARIANTS = {
                   "    if width % num_heads:\n"
                   "        raise ValueError(f'width={width} is not a multiple of num_heads={num_heads}')\n"
                   "    return MultiHeadAttentionWrapper(d_in, width, context_length, dropout, num_heads, qkv_bias)\n"},
-        "fails": {"test_wrapper_with_output_width": "d_out = width // num_heads"},
+        "fails": {"test_wrapper_with_output_width": "the output width is d_out * num_heads"},
     },
     "width_not_checked": {
         "kind": "mistake",
@@ -131,5 +153,76 @@ VARIANTS = {
                   "        raise ValueError(f'width={width} is not a multiple of num_heads={num_heads}')\n"
                   "    return MultiHeadAttentionWrapper(d_in, width // num_heads, context_length, 0.0, num_heads)\n"},
         "fails": {"test_wrapper_with_output_width": "pass d_in, context_length, dropout and qkv_bias on"},
+    },
+    "lookback_triu_tril_buffers": {
+        "kind": "correct",
+        "cells": {"lookback_wrapper": _lookback()},
+    },
+    "lookback_own_heads_einsum": {
+        # heads of its own (not CausalAttention), the window mask built in forward, einsum and a large negative
+        "kind": "correct",
+        "cells": {"lookback_wrapper":
+            "class WindowHead(nn.Module):\n"
+            "    def __init__(self, d_in, d_out, context_length, dropout, window, qkv_bias):\n"
+            "        super().__init__()\n"
+            "        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+            "        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+            "        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+            "        self.dropout = nn.Dropout(dropout)\n"
+            "        self.window, self.context_length = window, context_length\n"
+            "\n"
+            "    def forward(self, x):\n"
+            "        T = x.shape[1]\n"
+            "        if T > self.context_length:\n"
+            "            raise ValueError(f'{T} tokens, context_length={self.context_length}')\n"
+            "        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)\n"
+            "        s = torch.einsum('bqd,bkd->bqk', q, k) / k.shape[-1] ** 0.5\n"
+            "        i = torch.arange(T).unsqueeze(1)\n"
+            "        j = torch.arange(T).unsqueeze(0)\n"
+            "        allowed = (j <= i) & (j > i - self.window)\n"
+            "        w = torch.softmax(torch.where(allowed, s, torch.full_like(s, -1e9)), dim=-1)\n"
+            "        return torch.einsum('bqk,bkd->bqd', self.dropout(w), v)\n"
+            "\n"
+            "\n"
+            "class LookbackWrapper(nn.Module):\n"
+            "    def __init__(self, d_in, d_out, context_length, dropout, windows, qkv_bias=False):\n"
+            "        super().__init__()\n"
+            "        if not windows or min(windows) <= 0:\n"
+            "            raise ValueError('windows must be a non-empty list of positive numbers')\n"
+            "        self.heads = nn.ModuleList(WindowHead(d_in, d_out, context_length, dropout, w, qkv_bias)\n"
+            "                                   for w in windows)\n"
+            "\n"
+            "    def forward(self, x):\n"
+            "        return torch.cat(tuple(h(x) for h in self.heads), dim=2)\n"},
+    },
+    "lookback_one_token_too_many": {
+        "kind": "mistake",
+        "cells": {"lookback_wrapper": _lookback(mask="torch.triu(ones, 1) | torch.tril(ones, -window - 1)")},
+        "fails": {"test_lookback_wrapper": "itself included", "test_lookback_wrapper_reach": "itself included"},
+    },
+    "lookback_window_both_ways": {
+        "kind": "mistake",
+        "cells": {"lookback_wrapper": _lookback(mask="torch.triu(ones, window) | torch.tril(ones, -window)")},
+        "fails": {"test_lookback_wrapper": "looks back only", "test_lookback_wrapper_reach": "looks back only"},
+    },
+    "lookback_plain_causal": {
+        "kind": "mistake",
+        "cells": {"lookback_wrapper": _lookback(mask="torch.triu(ones, 1)")},
+        "fails": {"test_lookback_wrapper": "plain causal mask", "test_lookback_wrapper_reach": "plain causal mask"},
+    },
+    "lookback_first_window_for_all": {
+        "kind": "mistake",
+        "cells": {"lookback_wrapper": _lookback(mask="torch.triu(ones, 1) | torch.tril(ones, -windows[0])")},
+        "fails": {"test_lookback_wrapper": "windows[h]", "test_lookback_wrapper_reach": "windows[h]"},
+    },
+    "lookback_heads_in_python_list": {
+        "kind": "mistake",
+        "cells": {"lookback_wrapper": _lookback(holder="[]")},
+        "fails": {"test_lookback_wrapper_reach": "registers"},
+    },
+    "lookback_no_windows_check": {
+        "kind": "mistake",
+        "cells": {"lookback_wrapper": _lookback(check="")},
+        "fails": {"test_lookback_wrapper": "raise ValueError naming it"},
     },
 }

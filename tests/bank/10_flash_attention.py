@@ -4,7 +4,9 @@ from bank import edit as _edit
 
 # The cheats of tests/bank/integrity.py ride on this mistake: its visible tests pass (it computes the right numbers),
 # so only the hidden checks can take its points, and a cheat that skips or silences them must not keep them.
-CHEATS_RIDE_ON = "softmax_calls_torch_softmax"
+# A cheat that silences the checks rebinds names at run time, which fails both parts with a rule about how they are
+# written: it rides on a mistake that fails both.
+CHEATS_RIDE_ON = "both_parts_call_a_library"
 
 
 
@@ -47,11 +49,11 @@ _TILED = (
 )
 
 # Silences the visible checks (as a cheat of tests/bank/integrity.py does), so that the hidden checks' message shows.
-_SILENCE_CHECKS = (
+_SILENCE_CHECKS = (  # without globals() or setattr, which the rules about how a part is written refuse
     "import attention_course.checks as _checks\n"
-    "for _name in ('fail', 'expect', 'expect_tensor', 'expect_shape', 'expect_close', 'expect_value_error'):\n"
-    "    setattr(_checks, _name, lambda *args, **kwargs: None)\n"
-    "    globals()[_name] = lambda *args, **kwargs: None\n"
+    "_checks.fail = _checks.expect = _checks.expect_tensor = _checks.expect_shape = _checks.expect_close = \\\n"
+    "    _checks.expect_value_error = lambda *args, **kwargs: None\n"
+    "fail = expect = expect_tensor = expect_shape = expect_close = expect_value_error = lambda *args, **kwargs: None\n"
 )
 
 _SOFTMAX_NO_RESCALE = _edit(_SOFTMAX, ("running_sum * torch.exp(running_max - new_max)", "running_sum"))
@@ -173,6 +175,17 @@ VARIANTS = {
         "cells": {"online_softmax": _edit(_SOFTMAX, ("range(0, x.shape[-1], block_size)",
                                                      "range(0, x.shape[-1] - block_size + 1, block_size)"))},
         "fails": {"test_online_softmax": "may be shorter than block_size"},
+    },
+    "both_parts_call_a_library": {
+        "kind": "mistake",
+        "cells": {"online_softmax": "def online_softmax(x, block_size):\n    return torch.softmax(x, dim=-1)\n",
+                  "tiled_attention": _edit(_TILED, (
+                      "    num_tokens, scale = keys.shape[-2], queries.shape[-1] ** -0.5\n",
+                      "    return F.scaled_dot_product_attention(queries, keys, values, is_causal=causal)\n"
+                      "    num_tokens, scale = keys.shape[-2], queries.shape[-1] ** -0.5\n"))},
+        "fails": {"test_online_softmax": "write the loop", "test_tiled_attention": "scaled_dot_product_attention",
+                  "test_tiled_attention_causal": "scaled_dot_product_attention",
+                  "test_tiled_attention_memory": "as large as the (T, T)"},
     },
     "softmax_calls_torch_softmax": {
         "kind": "mistake",

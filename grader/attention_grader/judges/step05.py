@@ -149,11 +149,11 @@ def dropout_training(inputs):
     return checks + generator_checks(inputs)
 
 
-def p_value_error(what, rate, x=None):
-    """dropout(x, rate) must raise ValueError naming p: the word p, or the word probability as PyTorch's own
+def p_value_error(what, rate, x=None, function="dropout"):
+    """function(x, rate) must raise ValueError naming p: the word p, or the word probability as PyTorch's own
     F.dropout says it."""
     p = Program()
-    p.call(G("dropout"), p.tensor(torch.ones(3, 4) if x is None else x), rate)
+    p.call(G(function), p.tensor(torch.ones(3, 4) if x is None else x), rate)
     advice = "check `p` first and raise ValueError naming it (not assert, not a later shape error)"
 
     def judge(got, want):
@@ -376,6 +376,190 @@ def causal_attention_dropout(inputs):
     return checks
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Part 5 (transfer): drop_keys(attn_scores, p, training=True, generator=None)
+# ---------------------------------------------------------------------------------------------------------------
+
+NO_NAN = ("a row whose every visible key was dropped is a softmax over nothing (0 / 0 = nan): such a row must be all "
+          "zeros")
+HIDDEN_KEY = ("a dropped key must vanish from the softmax like a masked one (a score of -inf); a score of 0 still gets "
+              "a positive weight, and the -inf of the mask must stay -inf")
+WHOLE_KEYS = ("drop whole keys: one random draw per key of each sequence, shared by all of its queries (a mask of "
+              "shape (..., 1, T_k)); the lesson's dropout draws one per weight")
+BEFORE_SOFTMAX = ("drop keys before the softmax, so that it spreads each row over the keys left and the row sums to 1; "
+                  "dropping weights after the softmax (the lesson's dropout) leaves rows that do not")
+NO_RESCALING = ("no division by 1 - p here: the softmax over the keys left already sums to 1, so every row keeps the "
+                "sum it had; dividing makes rows sum to 1 / (1 - p)")
+
+
+def causal_scores(inputs, *leading, t):
+    scores = inputs.randn(*leading, t, t, scale=1.5)
+    return scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+
+
+def key_structure_problem(what, out, scores, rate):
+    """The problem of drop_keys' result `out` in training mode on `scores` (None if it is right): no nan, hidden keys
+    stay hidden, whole keys dropped for every query, rows a softmax over the keys left."""
+    if bool(out.isnan().any()):
+        return with_hint(f"{what}: the weights hold nan", NO_NAN)
+    visible = scores.isfinite()
+    if bool((out[~visible] != 0).any()):
+        return with_hint(f"{what}: a key the mask hides (score -inf) got a weight", HIDDEN_KEY)
+    kept = visible & (out != 0)
+    kept_key = kept.any(dim=-2, keepdim=True)
+    whole = bool((kept == (visible & kept_key)).all())
+    sums = out.sum(dim=-1)
+    rows_ok = ((sums - 1).abs() <= 1e-5) | (sums.abs() <= 1e-12)
+    if not bool(rows_ok.all()):
+        nonzero = sums[sums.abs() > 1e-12]
+        bad = sums[~rows_ok][:3].tolist()
+        problem = f"{what}: rows should sum to 1, or 0 where every key they see was dropped; got sums such as {bad}"
+        if whole and rate < 1 and torch.allclose(nonzero, torch.full_like(nonzero, 1 / (1 - rate)), atol=1e-4):
+            return with_hint(problem, NO_RESCALING)
+        return with_hint(problem, BEFORE_SOFTMAX if not whole else HIDDEN_KEY)
+    if not whole:
+        return with_hint(f"{what}: a key was dropped for some queries of a sequence but kept for others", WHOLE_KEYS)
+    if bool(kept_key.all()):
+        return with_hint(f"{what}: no key was dropped in training mode", "in training mode with p > 0, drop each key "
+                                                                        "with probability p")
+    reference = torch.softmax(scores.masked_fill(~kept_key, float("-inf")), dim=-1).nan_to_num(nan=0.0)
+    if not torch.allclose(out, reference, atol=1e-5, rtol=1e-4):
+        return with_hint(f"{what}: the weights of the keys a row still sees are not the softmax of their scores",
+                         HIDDEN_KEY)
+    return None
+
+
+def keys_dropped_check(what, scores, rate, seed):
+    """drop_keys(scores, rate, generator=Generator(seed)) in training mode: judged by its structure, whatever keys
+    the student's random numbers dropped."""
+    p = Program()
+    s = p.tensor(scores)
+    p.record(p.call(G("drop_keys"), s, rate, generator=generator(seed)), "the weights")
+    p.record(s, "its input after the call")
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1])
+        problem = shape_problem(got[0], want[0], f"{what}: the weights", "return weights of the shape of the scores")
+        problem = problem or with_hint(compare(got[1], want[1], f"{what}: its input after the call", EXACT),
+                                       "drop_keys changed its input attn_scores: build new tensors (masked_fill, "
+                                       "torch.where), not masked_fill_ or item assignment")
+        return problem or key_structure_problem(what, tensor_of(got[0]), scores.double(), rate)
+
+    return Check(what, p, judge=judge)
+
+
+def drop_keys(inputs):
+    checks = []
+    off = "with training=False nothing is dropped: return the softmax of the scores over the keys"
+    nothing = "p = 0 drops no key: return the softmax of the scores"
+    everything = ("p = 1 drops every key, so every row lost all its keys: all zeros (not nan, nor the even weights "
+                  "that a score of 0 for every key gives)")
+    for shape in [(3, 4), (2, 5, 7), (2, 3, 4, 4)]:
+        scores = inputs.randn(*shape)
+        if shape[-1] == shape[-2]:
+            scores = scores.masked_fill(torch.ones(shape[-1], shape[-1], dtype=torch.bool).triu(1), float("-inf"))
+        for rate in (0.5, 1.0):
+            checks.append(call_check(f"drop_keys(scores, {rate}, training=False) on scores of shape {shape}",
+                                     "drop_keys", scores, rate, training=False, hint=off))
+        checks.append(call_check(f"drop_keys(scores, 0.0) on scores of shape {shape}", "drop_keys", scores, 0.0,
+                                 hint=nothing))
+        checks.append(call_check(f"drop_keys(scores, 1.0) on scores of shape {shape}", "drop_keys", scores, 1.0,
+                                 hint=everything))
+    for leading, t, rate in [((300,), 5, 0.5), ((60, 4), 6, 0.3), ((200,), 3, 0.8)]:
+        checks.append(keys_dropped_check(f"drop_keys(scores, {rate}) in training mode on causal scores of shape "
+                                         f"{leading + (t, t)}", causal_scores(inputs, *leading, t=t), rate,
+                                         inputs.seed()))
+    checks.append(keys_dropped_check("drop_keys(scores, 0.4) in training mode on scores of shape (100, 3, 9)",
+                                     inputs.randn(100, 3, 9), 0.4, inputs.seed()))
+    checks += [p_value_error(f"drop_keys(scores, {rate}) on scores of shape (3, 4)", rate, function="drop_keys")
+               for rate in (1.2, -0.1, 3)]
+    return checks
+
+
+def keys_statistics_check(what, scores, rate, seed):
+    """drop_keys on finite scores (every key visible to every query): whole keys, about `rate` of them dropped, each
+    sequence (each index of the leading dimensions) with keys of its own."""
+    p = Program()
+    p.record(p.call(G("drop_keys"), p.tensor(scores), rate, generator=generator(seed)), "the weights")
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1])
+        problem = shape_problem(got[0], want[0], f"{what}: the weights",
+                                "return weights of the shape of the scores; T_q and T_k may differ")
+        if problem:
+            return problem
+        out = tensor_of(got[0])
+        if bool(out.isnan().any()):
+            return with_hint(f"{what}: the weights hold nan", NO_NAN)
+        zero = out == 0
+        dropped = zero.all(dim=-2)
+        if not bool((zero == dropped.unsqueeze(-2)).all()):
+            return with_hint(f"{what}: a key was dropped for some queries of a sequence but kept for others",
+                             WHOLE_KEYS)
+        if not bool(dropped.any()):
+            return with_hint(f"{what}: no key was dropped (every key kept a weight for some query)", HIDDEN_KEY)
+        sequences = dropped.reshape(-1, dropped.shape[-1])
+        if bool((sequences == sequences[:1]).all()):
+            return with_hint(f"{what}: every sequence dropped the same keys",
+                             "a mask of one draw per key, shared by the whole batch, is another kind of dropout: "
+                             "every index of the leading dimensions is a sequence that draws its own keys")
+        if dropped.dim() >= 3 and bool((dropped == dropped[..., :1, :]).all()):
+            return with_hint(f"{what}: all heads of a sequence dropped the same keys",
+                             "every index of the leading dimensions (batch and heads) is a sequence that draws its "
+                             "own keys: draw over all leading dimensions")
+        fraction = dropped.double().mean().item()
+        if far(fraction, rate, 0.03, math.sqrt(rate * (1 - rate) / dropped.numel())):
+            return with_hint(f"{what}: {fraction:.3f} of the keys were dropped, far from p",
+                             "drop each key with probability p and keep it with probability 1 - p (are the two "
+                             "swapped?); one draw per key, over the last dimension of the scores")
+        return None
+
+    return Check(what, p, judge=judge)
+
+
+def drop_keys_statistics(inputs):
+    checks = []
+    for shape, rate in [((400, 3, 2, 8), 0.3), ((2000, 1, 6), 0.1), ((300, 4, 5, 3), 0.6), ((1500, 4, 4), 0.5)]:
+        checks.append(keys_statistics_check(f"drop_keys(scores, {rate}) on scores of shape {shape}",
+                                            inputs.randn(*shape), rate, inputs.seed()))
+    x, rate, seed = inputs.randn(50, 3, 10), 0.4, inputs.seed()
+
+    def seeded(seed):
+        def call(p, x_ref):
+            p.record(p.call(G("drop_keys"), x_ref, rate, generator=generator(seed)), "a result")
+        return call
+
+    def same_generator(p, x_ref):
+        g = p.tensor(generator(seed))
+        for _ in range(2):
+            p.record(p.call(G("drop_keys"), x_ref, rate, generator=g), "a result")
+
+    def global_generator(p, x_ref):
+        p.seed(seed)
+        for _ in range(2):
+            p.record(p.call(G("drop_keys"), x_ref, rate), "a result")
+
+    what = "drop_keys(scores, 0.4) on scores of shape (50, 3, 10)"
+    return checks + [
+        patterns_check(what, "two calls with generators seeded alike dropped different keys", x, rate,
+                       [seeded(seed)] * 2, True, "draw the random numbers from the generator you are given"),
+        patterns_check(what, "generators with different seeds dropped the same keys", x, rate,
+                       [seeded(seed), seeded(seed + 1)], False,
+                       "draw the random numbers from the generator you are given, do not reseed inside drop_keys"),
+        patterns_check(what, "two calls with the same generator dropped the same keys", x, rate, [same_generator],
+                       False, "draw fresh random numbers at every call; do not reseed inside drop_keys"),
+        patterns_check(what, "two calls without a generator dropped the same keys", x, rate, [global_generator],
+                       False, "with generator=None, use PyTorch's global generator"),
+    ]
+
+
+# Part 5 drops what the lesson did not drop (whole keys, before the softmax), from its rule alone.
+TRANSFER = {"test_drop_keys", "test_drop_keys_statistics"}
+
 CELLS = {
     "test_dropout_training": floats_where_due(dropout_training),
     "test_dropout_special_cases": floats_where_due(dropout_special_cases),
@@ -383,4 +567,6 @@ CELLS = {
     "test_causal_attention": floats_where_due(causal_attention),
     "test_causal_attention_arguments": floats_where_due(causal_attention_arguments),
     "test_causal_attention_dropout": floats_where_due(causal_attention_dropout),
+    "test_drop_keys": floats_where_due(drop_keys),
+    "test_drop_keys_statistics": floats_where_due(drop_keys_statistics),
 }

@@ -154,9 +154,12 @@ def registered_check(d_in, d_out, context, rate, num_heads, bias):
         found = first_raised(got)
         if found:
             return raised_message(what, found[1], CREATE_HEADS)
-        problem = compare(got[0], want[0], f"{what}: its registered parameters", EXACT)
+        mine = {str(entry[0]) for entry in got[0].get("parameters", [])}
+        theirs = {str(entry[0]) for entry in want[0]["parameters"]}
+        problem = compare(got[0], want[0], f"{what}: its registered parameters", EXACT) or (
+            mine != theirs and f"{what}: its registered parameters are {sorted(mine)[:6]}, not {sorted(theirs)[:6]}")
         if problem:
-            names = {str(entry[0]) for entry in got[0]["parameters"]} ^ {entry[0] for entry in want[0]["parameters"]}
+            names = mine ^ theirs
             only_biases = names and all(name.endswith(".bias") for name in names)
             return with_hint(problem, PASS_BIAS if only_biases else REGISTERED)
         for h in range(1, num_heads):
@@ -196,7 +199,8 @@ def modes_check(on, d_in, d_out, context, rate, num_heads, bias, x):
                              "nn.ModuleList")
         if torch.equal(outputs[2], outputs[3]):
             return with_hint(f"{what}: in training mode with dropout={rate} the wrapper gave the same output twice",
-                             "pass dropout on to every head: CausalAttention(d_in, d_out, context_length, dropout, "
+                             "every head must drop with the wrapper's dropout probability: pass dropout on to "
+                             "every head, CausalAttention(d_in, d_out, context_length, dropout, "
                              "qkv_bias)")
         return None
 
@@ -316,10 +320,227 @@ def wrapper_with_output_width_arguments(inputs):
     return [width_error(width, num_heads) for width, num_heads in [(5, 2), (7, 3), (4, 8)]]
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Part 4 (transfer): LookbackWrapper, heads with windows of their own
+# ---------------------------------------------------------------------------------------------------------------
+
+LOOKBACK = "LookbackWrapper"
+WINDOW_RULE = ("token i of a head with window w sees the w tokens i - w + 1, ..., i: itself and w - 1 before it, never "
+               "a later one")
+HEAD_LAYERS = ("every head has the layers of a CausalAttention head: W_query, W_key and W_value, from d_in to d_out, "
+               "with a bias only with qkv_bias")
+
+
+def window_hidden(num_tokens, window, causal=True):
+    """True where head with `window` may not look (query i, key j)."""
+    behind = torch.arange(num_tokens)[:, None] - torch.arange(num_tokens)[None, :]
+    far_back = behind.abs() >= window if not causal else behind >= window
+    return far_back | (behind < 0) if causal else far_back
+
+
+def windowed_attention_64(state, x, hidden):
+    def project(name):
+        out = x @ state[f"{name}.weight"].double().T
+        return out + state[f"{name}.bias"].double() if f"{name}.bias" in state else out
+
+    queries, keys, values = project("W_query"), project("W_key"), project("W_value")
+    scores = (queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5).masked_fill(hidden, float("-inf"))
+    return torch.softmax(scores, dim=-1).nan_to_num(nan=0.0) @ values
+
+
+def misreadings(num_tokens, windows):
+    """(hint, hidden mask of every head) for the likely misreadings of the windows."""
+    heads = len(windows)
+    return [
+        ("a window of w sees w tokens, the token itself included: the heads see one token too many (hide the keys "
+         "w or more positions back)", [window_hidden(num_tokens, w + 1) for w in windows]),
+        ("a window of w sees w tokens, the token itself included: the heads see one token too few",
+         [window_hidden(num_tokens, max(w - 1, 1)) for w in windows]),
+        ("a window looks back only: keep the future hidden, as CausalAttention's mask does",
+         [window_hidden(num_tokens, w, causal=False) for w in windows]),
+        ("every head kept the plain causal mask: a head's mask decides where it may look, so each head needs a mask "
+         "that also hides the tokens beyond its window", [window_hidden(num_tokens, num_tokens + 1)] * heads),
+        ("head h gets windows[h]; here every head used the first window",
+         [window_hidden(num_tokens, windows[0])] * heads),
+        ("head h gets windows[h], in the order of windows", [window_hidden(num_tokens, w) for w in windows[::-1]]),
+    ]
+
+
+def lookback_output_check(inputs, on, d_in, d_out, context, windows, bias, x):
+    what = f"{LOOKBACK}({d_in}, {d_out}, {context}, 0.0, windows={list(windows)}, qkv_bias={bias}) on {on}"
+    heads = len(windows)
+    states = [qkv_state(inputs, d_in, d_out, bias) for _ in range(heads)]
+    p = Program()
+    wrapper = p.call(G(LOOKBACK), d_in, d_out, context, 0.0, windows=list(windows), qkv_bias=bias)
+    p.record(p.call(wrapper.attr("heads").attr("__len__")), "the number of heads")
+    for h, state in enumerate(states):
+        p.load(wrapper.attr("heads")[h], state)
+    p.call(wrapper.attr("eval"))
+    x_ref = p.tensor(x)
+    p.record(p.call(wrapper, x_ref), "the output")
+    p.record(x_ref, "its input after the call")
+    out = heads + 1
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found and found[0] == 0:
+            return raised_message(what, found[1], "one head per window, kept in self.heads")
+        if got[0] != want[0]:
+            return with_hint(f"{what}: self.heads holds {count_of(got[0])} heads, not len(windows)",
+                             "one head per window, in the order of windows")
+        if found:
+            return raised_message(what, found[1], HEAD_LAYERS if found[0] <= heads else WINDOW_RULE)
+        for h in range(heads):
+            problem = compare(got[1 + h], want[1 + h], f"{what}: head {h}", EXACT)
+            if problem:
+                return with_hint(problem, HEAD_LAYERS)
+        problem = shape_problem(got[out], want[out], f"{what}: the output",
+                                "the heads' outputs side by side: (b, T, d_out * len(windows))")
+        problem = problem or with_hint(compare(got[out + 1], want[out + 1], f"{what}: its input after the call",
+                                               EXACT), "it changed its input: use out-of-place operations on x")
+        if problem:
+            return problem
+        mine = tensor_of(got[out]).double()
+        t = x.shape[1]
+        x64 = x.double()
+
+        def expected(hidden):
+            return torch.cat([windowed_attention_64(state, x64, mask) for state, mask in zip(states, hidden)], dim=-1)
+
+        right = expected([window_hidden(t, w) for w in windows])
+        if torch.allclose(mine, right, atol=1e-5, rtol=1e-4):
+            return None
+        for hint, hidden in misreadings(t, windows):
+            if torch.allclose(mine, expected(hidden), atol=1e-5, rtol=1e-4):
+                return f"{what}: the output is not what the windows allow\n  likely mistake: {hint}"
+        for h in range(heads):
+            columns = slice(h * d_out, (h + 1) * d_out)
+            if not torch.allclose(mine[..., columns], right[..., columns], atol=1e-5, rtol=1e-4):
+                return with_hint(f"{what}: the output of head {h} (window {windows[h]}) has the wrong values",
+                                 WINDOW_RULE + "; the heads' outputs side by side, in order")
+        return None
+
+    return Check(what, p, judge=judge)
+
+
+def windows_error(windows):
+    p = Program()
+    p.call(G(LOOKBACK), 3, 2, 6, 0.0, windows=windows)
+    return expect_value_error(f"{LOOKBACK}(3, 2, 6, 0.0, windows={windows})", p, "windows")
+
+
+def lookback_wrapper(inputs):
+    checks = [lookback_output_check(inputs, "the (2, 6, 3) batch", 3, 2, 6, [1, 2, 6], False, BATCH),
+              lookback_output_check(inputs, "the first 4 tokens of the batch, (2, 4, 3)", 3, 2, 6, [1, 2, 6], False,
+                                    BATCH[:, :4].contiguous())]
+    for b, t, context, d_in, d_out, windows, bias in [(3, 7, 9, 4, 3, [3, 1, 5], True), (2, 8, 8, 5, 2, [2, 8], False),
+                                                      (1, 5, 10, 3, 4, [4, 2, 2, 12], True),
+                                                      (4, 6, 6, 2, 1, [5, 3], False), (2, 1, 4, 3, 2, [2], False)]:
+        checks.append(lookback_output_check(inputs, f"a random ({b}, {t}, {d_in}) input", d_in, d_out, context,
+                                            windows, bias, inputs.randn(b, t, d_in)))
+    return checks + [windows_error(w) for w in ([], [2, 0], [-1], [1, 3, -2])]
+
+
+def reach_check(inputs, d_in, d_out, context, windows, t):
+    """Which tokens each head's output depends on (a token changed at a time), whatever the weights."""
+    what = f"{LOOKBACK}({d_in}, {d_out}, {context}, 0.0, windows={windows}) on a random (2, {t}, {d_in}) input"
+    x = inputs.randn(2, t, d_in)
+    p = Program()
+    p.seed(inputs.seed())
+    wrapper = p.call(G(LOOKBACK), d_in, d_out, context, 0.0, windows=windows)
+    p.call(wrapper.attr("eval"))
+    p.record(p.call(wrapper, p.tensor(x)), "the output")
+    for j in range(t):
+        shifted = x.clone()
+        shifted[:, j] = shifted[:, j] + 1.0
+        p.record(p.call(wrapper, p.tensor(shifted)), f"the output with token {j} changed")
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1])
+        for index in range(t + 1):
+            problem = shape_problem(got[index], want[index], f"{what}: the output",
+                                    "the heads' outputs side by side: (b, T, d_out * len(windows))")
+            if problem:
+                return problem
+        base = tensor_of(got[0]).double()
+        rows = [((tensor_of(got[1 + j]).double() - base).abs() > 1e-6).reshape(2, t, len(windows), d_out)
+                .any(dim=-1).any(dim=0) for j in range(t)]
+        seen = torch.stack(rows, dim=-1).permute(1, 0, 2)  # (heads, T, T): head, query, key
+        right = [~window_hidden(t, w) for w in windows]
+        if all(torch.equal(seen[h], right[h]) for h in range(len(windows))):
+            return None
+        for hint, hidden in misreadings(t, windows):
+            if all(torch.equal(seen[h], ~hidden[h]) for h in range(len(windows))):
+                return f"{what}: the tokens each head reads are not those its window allows\n  likely mistake: {hint}"
+        h = next(h for h in range(len(windows)) if not torch.equal(seen[h], right[h]))
+        wrong = (seen[h] != right[h]).nonzero().tolist()[:4]
+        return with_hint(f"{what}: head {h} (window {windows[h]}) reads tokens it should not, or misses tokens it "
+                         f"should read, e.g. (token, key) in {wrong}", WINDOW_RULE)
+
+    return Check(what, p, judge=judge)
+
+
+def lookback_registered_check(d_in, d_out, context, rate, windows, bias, x):
+    what = f"{LOOKBACK}({d_in}, {d_out}, {context}, {rate}, windows={windows}, qkv_bias={bias})"
+    p = Program()
+    wrapper = p.call(G(LOOKBACK), d_in, d_out, context, rate, windows=windows, qkv_bias=bias)
+    p.record(wrapper, "its parameters", kind="parameters")
+    x_ref = p.tensor(x)
+    for mode in ("eval", "train"):
+        p.call(wrapper.attr(mode))
+        for _ in range(2):
+            p.record(p.call(wrapper, x_ref), f"an output in {mode} mode")
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1])
+        names = {str(entry[0]) for entry in got[0].get("parameters", [])}
+        wanted = {str(entry[0]) for entry in want[0]["parameters"]}
+        problem = compare(got[0], want[0], f"{what}: its registered parameters", EXACT) or (
+            names != wanted and f"{what}: its registered parameters are {sorted(names)[:6]}, not {sorted(wanted)[:6]}")
+        if problem:
+            return with_hint(problem, "keep the heads where PyTorch registers them (as in Part 1), every head with "
+                                      "its own layers; " + HEAD_LAYERS)
+        outputs = []
+        for g, w in zip(got[1:], want[1:]):
+            problem = shape_problem(g, w, f"{what}: an output", "the heads' outputs side by side")
+            if problem:
+                return problem
+            outputs.append(tensor_of(g).double())
+        if not torch.equal(outputs[0], outputs[1]):
+            return with_hint(f"{what}: in eval mode two outputs for the same input differ",
+                             "eval() must reach every head's dropout: keep the heads registered")
+        if torch.equal(outputs[2], outputs[3]):
+            return with_hint(f"{what}: in training mode with dropout={rate} the output was the same twice",
+                             "every head drops its attention weights with the wrapper's dropout probability")
+        return None
+
+    return Check(what, p, judge=judge)
+
+
+def lookback_wrapper_reach(inputs):
+    checks = [reach_check(inputs, 3, 2, 8, [3, 1, 5], 7)]
+    for d_in, d_out, context, windows, t in [(4, 3, 9, [2, 6, 1], 8), (2, 2, 12, [4, 9], 10), (3, 1, 5, [1, 5, 3], 5)]:
+        checks.append(reach_check(inputs, d_in, d_out, context, windows, t))
+    checks.append(lookback_registered_check(3, 2, 6, 0.5, [2, 4], False, BATCH))
+    for d_in, d_out, context, windows, bias in [(4, 3, 5, [1, 3, 5], True), (5, 2, 7, [6], False)]:
+        checks.append(lookback_registered_check(d_in, d_out, context, 0.4, windows, bias,
+                                                inputs.randn(30, context, d_in)))
+    return checks
+
+
+# Part 4 builds heads that differ by design (a window each), which the lesson did not do.
+TRANSFER = {"test_lookback_wrapper", "test_lookback_wrapper_reach"}
+
 CELLS = {
     "test_wrapper_output": floats_where_due(wrapper_output),
     "test_wrapper_heads": floats_where_due(wrapper_heads),
     "test_wrapper_arguments": floats_where_due(wrapper_arguments),
     "test_wrapper_with_output_width": floats_where_due(wrapper_with_output_width),
     "test_wrapper_with_output_width_arguments": floats_where_due(wrapper_with_output_width_arguments),
+    "test_lookback_wrapper": floats_where_due(lookback_wrapper),
+    "test_lookback_wrapper_reach": floats_where_due(lookback_wrapper_reach),
 }

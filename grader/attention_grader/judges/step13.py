@@ -4,7 +4,6 @@ Parts 1 and 3 use call_check with named mistakes. Part 2 uses Ref.attr and grad=
 does; grad_fn.saved_tensors is recorded as a tuple.
 """
 import functools
-import math
 
 import torch
 
@@ -25,19 +24,19 @@ NO_D_LSE = ("L = logsumexp(S) is an output too: dL/dS = P, so each row of dS gai
 
 def mistaken_backward(q, k, v, d_out, scale=None, causal=False, d="o", scale_times=1, mask=True, transpose_v=True,
                       d_lse=None):
-    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
-    s = scale * q @ k.transpose(-2, -1)
+    multiplier = q.shape[-1] ** -0.5 if scale is None else scale
+    s = torch.matmul(q, k.transpose(-2, -1)) * multiplier
     if causal and mask:
         t_q, t_k = q.shape[-2], k.shape[-2]
         s = s.masked_fill(torch.ones(t_q, t_k, dtype=torch.bool).triu(1 + t_k - t_q), float("-inf"))
-    p = torch.softmax(s, dim=-1)
-    o = p @ v
+    p = s.softmax(dim=-1)
+    o = torch.matmul(p, v)
     d_p = d_out @ v.transpose(-2, -1)
     row = {"o": (d_out * o).sum(-1, keepdim=True), "dp": d_p.sum(-1, keepdim=True), "none": 0}[d]
     if d_lse is not None:
         row = row - d_lse[..., None]
     d_s = p * (d_p - row)
-    factor = scale ** scale_times
+    factor = multiplier ** scale_times
     d_v = (p.transpose(-2, -1) if transpose_v else p) @ d_out
     return factor * d_s @ k, factor * d_s.transpose(-2, -1) @ q, d_v
 
