@@ -12,7 +12,7 @@ from conftest import ROOT, STEPS
 PLANNED_STEPS = [
     "01_dot_product_scores", "02_softmax", "03_trainable_qkv", "04_causal_mask",
     "05_dropout", "06_multihead_wrapper", "07_weight_split_mha", "08_efficient_attention", "09_kv_cache",
-    "10_flash_attention", "11_rope_gqa", "12_tiny_gpt",
+    "10_flash_attention", "11_rope_gqa", "12_tiny_gpt", "13_attention_backward",
 ]
 REBUILD = "run `python3 course.py build` and commit release/ and solutions/"
 

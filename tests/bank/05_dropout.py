@@ -318,8 +318,10 @@ VARIANTS = {
         "cells": {"drop_keys": _drop_keys(hide="    attn_scores = attn_scores.masked_fill(gone, 0.0)\n")},
         "fails": {"test_drop_keys": "a score of 0", "test_drop_keys_statistics": "a score of 0"},
     },
+    # one draw of 6 keys for the whole batch drops none of them 0.7^6 = 12% of the time, so whether test_drop_keys
+    # also fails depends on the student's hidden draws: at most its points
     "drop_keys_mask_shared_by_batch": {
-        "kind": "mistake",
+        "kind": "mistake", "at_most": True,
         "cells": {"drop_keys": _drop_keys(draw="    gone = torch.rand(attn_scores.shape[-1], generator=generator) < p\n")},
         "fails": {"test_drop_keys_statistics": "shared by the whole batch"},
     },
