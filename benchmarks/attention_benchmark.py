@@ -5,7 +5,8 @@ around PyTorch's own `nn.MultiheadAttention` joins them. Each maps (batch, token
 d_model) through the same layers, so the differences are in how the work is organised. A second table times
 generation one token at a time, with and without step 9's KV cache; a third, step 11's grouped-query attention with
 its cache, from one key/value head per query head down to one for all (with RoPE: another layer, timed on its own); a
-fourth, step 12's TinyGPT generating greedily through its cache against re-running the whole text for every token.
+fourth, step 12's TinyGPT generating greedily through its cache against re-running the whole text for every token;
+with --device cuda, a fifth: step 13's Triton kernel against PyTorch's scaled_dot_product_attention.
 
     python benchmarks/attention_benchmark.py --size small
     python benchmarks/attention_benchmark.py --size gpt2 --device cuda --dtype bfloat16
@@ -13,6 +14,7 @@ fourth, step 12's TinyGPT generating greedily through its cache against re-runni
 import argparse
 import ast
 import json
+import os
 import statistics
 import sys
 import time
@@ -23,6 +25,10 @@ from typing import NamedTuple, Optional
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+# step 13's Triton kernel is compiled for the GPU with --device cuda, else run in Triton's interpreter: set before
+# anything imports triton (torch._dynamo does)
+os.environ.setdefault("TRITON_INTERPRET", "0" if any("cuda" in arg for arg in sys.argv) else "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -340,6 +346,27 @@ def tiny_gpt_generation(size, device="cpu", dtype=torch.float32, seed=123, vocab
     return {name: total / new_tokens for name, total in ms.items()}, torch.equal(ids["recompute"], ids["cache"])
 
 
+def triton_forward(size, device="cpu", repeats=None, seed=123):
+    """Step 13's Triton kernel against F.scaled_dot_product_attention, causal, on (batch, heads, tokens, head_dim):
+    ({name: median ms}, largest difference). On a CPU the kernel runs in Triton's interpreter: a check, not a timing."""
+    kernel = load_solutions("13_attention_backward")["flash_attention_forward_triton"]
+    device = torch.device(device)
+    generator = torch.Generator().manual_seed(seed)
+    shape = (size.batch_size, size.num_heads, size.num_tokens, size.d_model // size.num_heads)
+    q, k, v = (torch.randn(*shape, generator=generator).to(device) for _ in range(3))
+    steps = {"step 13's Triton kernel": lambda: kernel(q, k, v, True),
+             "F.scaled_dot_product_attention": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)}
+    difference = (steps["step 13's Triton kernel"]() - steps["F.scaled_dot_product_attention"]()).abs().max().item()
+    ms = median_ms_interleaved(steps, repeats or size.repeats, warmup=1, device=device)
+    return ms, difference
+
+
+def format_triton(ms, shape_text):
+    lines = [f"causal attention forward, {shape_text}, float32", f"{'implementation':34} {'ms':>9}"]
+    lines += [f"{name:34} {value:9.2f}" for name, value in ms.items()]
+    return "\n".join(lines)
+
+
 def describe_device(device):
     device = torch.device(device)
     if device.type == "cuda":
@@ -381,6 +408,14 @@ def main(argv=None):
     print()
     print(format_generation(ms_per_token, size.num_tokens - 1))
     print(f"greedy ids with and without the cache the same: {same}")
+    print()
+    if args.device == "cuda":
+        ms, difference = triton_forward(size, device=args.device, repeats=args.repeats)
+        print(format_triton(ms, f"{size.num_heads} heads of {size.d_model // size.num_heads}"))
+        print(f"largest difference of the kernel's output from PyTorch's: {difference:.2g}")
+    else:
+        print("step 13's Triton kernel is timed with --device cuda only: on a CPU it runs in Triton's interpreter, "
+              "which checks a kernel but is far too slow to time")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,15 @@
-"""benchmarks/attention_benchmark.py times the answer keys of solutions/, and every row computes the same layer."""
+"""benchmarks/attention_benchmark.py times the answer keys of solutions/, and every row computes the same layer;
+benchmarks/grading_benchmark.py says why a submission was not graded."""
 import sys
 
 import torch
 
+import harness
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import attention_benchmark  # noqa: E402
+import grading_benchmark  # noqa: E402
 
 
 def test_every_implementation_computes_the_same_layer():
@@ -54,3 +57,27 @@ def test_tiny_gpt_generates_the_same_ids_with_and_without_the_cache():
     ms_per_token, same = attention_benchmark.tiny_gpt_generation(size)
     assert same
     assert list(ms_per_token) == ["TinyGPT, recompute all", "TinyGPT, KV cache (step 12)"]
+
+
+def test_the_triton_kernel_computes_what_sdpa_computes():
+    # on this CPU in Triton's interpreter; with --device cuda the same code times it compiled
+    size = attention_benchmark.BenchmarkSize(batch_size=1, num_tokens=20, d_model=16, num_heads=2, repeats=1)
+    ms, difference = attention_benchmark.triton_forward(size)
+    assert difference < 1e-5, difference
+    assert list(ms) == ["step 13's Triton kernel", "F.scaled_dot_product_attention"]
+    assert len(attention_benchmark.format_triton(ms, "2 heads of 8").splitlines()) == 4
+
+
+def test_a_submission_that_cannot_be_graded_shows_why(tmp_path):
+    step = "01_dot_product_scores"
+    course_dir = harness.make_course(tmp_path / "course", [step])
+    harness.submit(course_dir, "nora", step, '{"cells": [')
+    *_, failures, reasons = grading_benchmark.grade_plain(course_dir, [step])
+    assert f"autograde {step} exited 1" in failures, failures
+    scores = grading_benchmark.scores_or_none(course_dir, step, "nora", reasons)
+    line = grading_benchmark.shown(scores, reasons.get(("nora", step)))
+    assert line.startswith("not graded (") and "NotJSONError: Notebook does not appear to be JSON" in line, line
+
+    died = {"student": "nora", "assignment": step, "success": False, "problems": [], "error": "the grading worker died"}
+    reasons = grading_benchmark.fast_reasons([died])
+    assert grading_benchmark.shown(None, reasons[("nora", step)]) == "not graded (the grading worker died)", reasons

@@ -86,7 +86,7 @@ def test_no_exercise_answer_is_shown_before_its_exercise(step, where):
     assert not found, f"the answer of {step} appears in {where}:\n" + "\n".join(found)
 
 
-LESSON_IMPORTS = {"attention_course", "matplotlib", "torch", "math", "os", "statistics", "time"}
+LESSON_IMPORTS = {"attention_course", "matplotlib", "torch", "triton", "math", "os", "statistics", "time"}
 
 
 @pytest.mark.parametrize("lesson", sorted(path.name for path in (ROOT / "notebooks").glob("*.ipynb")))

@@ -25,6 +25,7 @@ def _answer_key():
 
 _KEY = _answer_key()
 _BACKWARD, _FLASH, _LSE = _KEY["attention_backward"], _KEY["FlashAttention"], _KEY["attention_lse_backward"]
+_TRITON = _KEY["flash_attention_forward_triton"]
 
 _EINSUM_BACKWARD = (
     "def attention_backward(q, k, v, d_out, scale=None, causal=False):\n"
@@ -123,6 +124,64 @@ _EINSUM_LSE = (
     "            torch.einsum('bhij,bhid->bhjd', p, d_out))\n"
 )
 
+# The Triton tutorial's style: strides passed to the kernel (no copy to contiguous memory), a grid computed from the
+# block size, exp2 with log2(e) folded into the scale, scores by a broadcast product and tl.sum instead of tl.dot,
+# keys in blocks of 32 and a finite large negative for the masked scores.
+_TRITON_STRIDES_EXP2_NO_DOT = (
+    "@triton.jit\n"
+    "def attn_fwd(Q, K, V, Out, sq_b, sq_t, sk_b, sk_t, sv_b, sv_t, so_b, so_t, n, d, qk_scale,\n"
+    "             IS_CAUSAL: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr):\n"
+    "    pid_m, pid_bh = tl.program_id(0), tl.program_id(1)\n"
+    "    offs_m = pid_m * BM + tl.arange(0, BM)\n"
+    "    offs_d = tl.arange(0, BD)\n"
+    "    q = tl.load(Q + pid_bh * sq_b + offs_m[:, None] * sq_t + offs_d[None, :],\n"
+    "                mask=(offs_m[:, None] < n) & (offs_d[None, :] < d), other=0.0)\n"
+    "    m_i = tl.zeros([BM], dtype=tl.float32) - 1.0e30\n"
+    "    l_i = tl.zeros([BM], dtype=tl.float32)\n"
+    "    acc = tl.zeros([BM, BD], dtype=tl.float32)\n"
+    "    for start_n in range(0, n, BN):\n"
+    "        offs_n = start_n + tl.arange(0, BN)\n"
+    "        kv_ok = (offs_n[:, None] < n) & (offs_d[None, :] < d)\n"
+    "        k = tl.load(K + pid_bh * sk_b + offs_n[:, None] * sk_t + offs_d[None, :], mask=kv_ok, other=0.0)\n"
+    "        v = tl.load(V + pid_bh * sv_b + offs_n[:, None] * sv_t + offs_d[None, :], mask=kv_ok, other=0.0)\n"
+    "        qk = tl.sum(q[:, None, :] * k[None, :, :], axis=2) * qk_scale\n"
+    "        valid = offs_n[None, :] < n\n"
+    "        if IS_CAUSAL:\n"
+    "            valid = valid & (offs_m[:, None] >= offs_n[None, :])\n"
+    "        qk = tl.where(valid, qk, -1.0e30)\n"
+    "        m_ij = tl.maximum(m_i, tl.max(qk, axis=1))\n"
+    "        p = tl.exp2(qk - m_ij[:, None])\n"
+    "        corr = tl.exp2(m_i - m_ij)\n"
+    "        l_i = l_i * corr + tl.sum(p, axis=1)\n"
+    "        acc = acc * corr[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)\n"
+    "        m_i = m_ij\n"
+    "    tl.store(Out + pid_bh * so_b + offs_m[:, None] * so_t + offs_d[None, :], acc / l_i[:, None],\n"
+    "             mask=(offs_m[:, None] < n) & (offs_d[None, :] < d))\n"
+    "\n"
+    "\n"
+    "def flash_attention_forward_triton(q, k, v, causal=False):\n"
+    "    check_qkv(q, k, v)\n"
+    "    if not (q.shape == k.shape == v.shape):\n"
+    "        raise ValueError('q, k and v must have the same shape')\n"
+    "    batch, heads, n, d = q.shape\n"
+    "    q, k, v = (x.float().reshape(batch * heads, n, d) for x in (q, k, v))\n"
+    "    out = torch.empty_like(q)\n"
+    "    grid = lambda meta: (triton.cdiv(n, meta['BM']), batch * heads)\n"
+    "    attn_fwd[grid](q, k, v, out, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),\n"
+    "                   out.stride(0), out.stride(1), n, d, d ** -0.5 * 1.4426950408889634, IS_CAUSAL=causal,\n"
+    "                   BM=16, BN=32, BD=max(16, triton.next_power_of_2(d)))\n"
+    "    return out.reshape(batch, heads, n, d)\n"
+)
+
+# The running output kept normalised at every key block (divided by the running sum each time), not once at the end.
+_TRITON_NORMALISED_EACH_BLOCK = _edit(
+    _TRITON,
+    ("        l = l * alpha + tl.sum(p, 1)\n        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=\"ieee\")\n",
+     "        l_new = l * alpha + tl.sum(p, 1)\n"
+     "        acc = acc * (l * alpha / l_new)[:, None] + tl.dot(p, v, input_precision=\"ieee\") / l_new[:, None]\n"
+     "        l = l_new\n"),
+    ("acc / l[:, None], mask=q_mask)", "acc, mask=q_mask)"))
+
 VARIANTS = {
     "einsum_rowsum_of_p_dp": {
         "kind": "correct",
@@ -193,6 +252,20 @@ VARIANTS = {
                                                    "for j in range(0, t_k - block_k + 1, block_k):"))},
         "fails": {"test_flash_attention_forward": "may be shorter", "test_flash_attention_backward": "exp(s - L)"},
     },
+    "flash_accumulates_in_bfloat16": {
+        "kind": "mistake",
+        "cells": {"FlashAttention": _edit(_FLASH, ("acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) "
+                                                   "else q.dtype", "acc = q.dtype"))},
+        "fails": {"test_flash_attention_forward": "keep the running maximum, sum, output",
+                  "test_flash_attention_backward": "keep the running maximum, sum, output"},
+    },
+    "flash_backward_through_the_whole_matrix": {
+        "kind": "mistake",
+        "cells": {"FlashAttention": _edit(_FLASH, ("        acc = lse.dtype\n",
+                                                   "        grads = attention_backward(*(x.float() for x in (q, k, v, d_out)), scale, causal)\n"
+                                                   "        return (*(g.to(q.dtype) for g in grads), None, None, None)\n"))},
+        "fails": {"test_flash_attention_backward": "backward made a tensor of"},
+    },
     "lse_gradient_ignored": {
         "kind": "mistake",
         "cells": {"attention_lse_backward": _edit(_LSE, (" + d_lse[..., None])", ")"))},
@@ -202,5 +275,42 @@ VARIANTS = {
         "kind": "mistake",
         "cells": {"attention_lse_backward": _edit(_LSE, (" + d_lse[..., None])", " - d_lse[..., None])"))},
         "fails": {"test_attention_lse_backward": "what is dL/dS"},
+    },
+    "triton_strides_exp2_no_dot": {
+        "kind": "correct",
+        "cells": {"flash_attention_forward_triton": _TRITON_STRIDES_EXP2_NO_DOT},
+    },
+    "triton_normalised_each_block": {
+        "kind": "correct",
+        "cells": {"flash_attention_forward_triton": _TRITON_NORMALISED_EACH_BLOCK},
+    },
+    "triton_keys_past_t_keep_score_zero": {
+        "kind": "mistake",
+        "cells": {"flash_attention_forward_triton": _edit(_TRITON, ("keep = cols[None, :] < num_tokens",
+                                                                    "keep = cols[None, :] >= 0"))},
+        "fails": {"test_flash_attention_forward_triton": "scores are 0, not -inf"},
+    },
+    "triton_causal_ignored": {
+        "kind": "mistake",
+        "cells": {"flash_attention_forward_triton": _edit(_TRITON, ("        if CAUSAL:\n", "        if False:\n"))},
+        "fails": {"test_flash_attention_forward_triton": "key after its query"},
+    },
+    "triton_scale_missing": {
+        "kind": "mistake",
+        "cells": {"flash_attention_forward_triton": _edit(_TRITON, (" * scale\n", "\n"))},
+        "fails": {"test_flash_attention_forward_triton": "not multiplied by scale"},
+    },
+    "triton_running_output_not_rescaled": {
+        "kind": "mistake",
+        "cells": {"flash_attention_forward_triton": _edit(_TRITON, ("acc = acc * alpha[:, None] + ", "acc = acc + "))},
+        "fails": {"test_flash_attention_forward_triton": "multiply it by exp(m_old - m_new)"},
+    },
+    "triton_sdpa_instead_of_a_kernel": {
+        "kind": "mistake",
+        "cells": {"flash_attention_forward_triton": (
+            "def flash_attention_forward_triton(q, k, v, causal=False):\n"
+            "    check_qkv(q, k, v)\n"
+            "    return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)\n")},
+        "fails": {"test_flash_attention_forward_triton": "@triton.jit kernel"},
     },
 }

@@ -1,13 +1,18 @@
-"""Judges of step 13: attention's backward by hand, and FlashAttention's forward and backward.
+"""Judges of step 13: attention's backward by hand, FlashAttention's forward and backward, the forward in Triton.
 
 Parts 1 and 3 use call_check with named mistakes. Part 2 uses Ref.attr and grad=True as step 11's gradient_check
-does; grad_fn.saved_tensors is recorded as a tuple.
+does; grad_fn.saved_tensors is recorded as a tuple. Part 4 is judged against SDPA computed here, in float64; the
+kernel runs in Triton's interpreter (TRITON_INTERPRET=1, set by the course package and the grading sandbox).
 """
 import functools
 
 import torch
+import torch.nn.functional as F
 
-from attention_grader.judging import call_check
+from attention_course.probe import decode_tensor
+from attention_grader.judges.common import first_raised, with_hint
+from attention_grader.judging import (G, Check, Expect, NamedMistake, Program, as_data, call_check, compare, describe,
+                                      raised_message, require_call)
 
 GENERIC = ("P = softmax(S), S = scale * Q K^T (masked); d_v = P^T dO; dP = dO V^T; D = rowsum(dO * O); "
            "dS = P * (dP - D); d_q = scale * dS K; d_k = scale * dS^T Q")
@@ -92,8 +97,6 @@ def attention_lse_backward(inputs):
 # Part 2: FlashAttention as a torch.autograd.Function (the probe records grad_fn.saved_tensors as
 # {'tuple': [{'tensor': {...}}]})
 # ---------------------------------------------------------------------------------------------------------------
-from attention_grader.judging import G, Check, Program, compare, Expect, raised_message  # noqa: E402
-from attention_grader.judges.common import first_raised, with_hint  # noqa: E402
 
 SAVED_WEIGHTS = ("a (T, T) tensor is saved for the backward: save the output and the log-sum-exp L = m + log(l), "
                  "shape (b, H, T), and recompute each tile's weights as exp(s - L) in the backward")
@@ -150,12 +153,179 @@ FLASH_CASES = [((1, 2, 10, 4), False, 4, 3), ((1, 1, 1, 4), False, 1, 1), ((2, 1
                ((1, 2, 16, 4), True, 16, 16), ((2, 2, 7, 4), True, 32, 5), ((1, 1, 13, 16), False, 5, 1)]
 
 
+BF16_LIMIT = 0.004  # relative RMS error: rounding the result to bfloat16 gives about 0.002
+BF16_ACCUMULATION = ("bfloat16 keeps 8 significant bits, and sums over many tiles lose the small terms: convert each "
+                     "tile to float32 (.float()), keep the running maximum, sum, output and the gradients' sums in "
+                     "float32, and cast only the results back to the inputs' dtype")
+TT_IN_BACKWARD = ("the backward built a (T, T) tensor: recompute the weights tile by tile from L, as the forward "
+                  "computes them, rather than the whole matrix (Part 1's attention_backward does that)")
+
+
+def relative_rms(got, want):
+    return ((got - want).pow(2).mean().sqrt() / want.pow(2).mean().sqrt()).item()
+
+
+def bfloat16_check(inputs, shape, causal, block_q, block_k, backward=True):
+    call = "FlashAttention.apply(...).backward(d_out)" if backward else "FlashAttention.apply"
+    what = f"{call} on random bfloat16 {shape} inputs, causal={causal}, block_q={block_q}, block_k={block_k}"
+    q, k, v, d_out = (inputs.randn(*shape).bfloat16() for _ in range(4))
+    exact = [x.double().requires_grad_() for x in (q, k, v)]
+    out = F.scaled_dot_product_attention(*exact, is_causal=causal)
+    out.backward(d_out.double())
+    want = [out.detach()] + [x.grad for x in exact] * backward
+    p = Program()
+    leaves = [p.call(p.tensor(x).attr("requires_grad_"), grad=True) for x in (q, k, v)]
+    result = p.call(G("FlashAttention").attr("apply"), *leaves, causal, block_q, block_k, grad=True)
+    p.record(result, "the output")
+    if backward:
+        p.call(result.attr("backward"), p.tensor(d_out), grad=True)
+        for name, leaf in zip(("d_q", "d_k", "d_v"), leaves):
+            p.record(leaf.attr("grad"), name)
+
+    def judge(got, _reference):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1])
+        for record, expected, name in zip(got, want, ("the output", "d_q", "d_k", "d_v")):
+            spec = record.get("tensor") if isinstance(record, dict) else None
+            if spec is None:
+                return f"{what}: {name} is {describe(record)}, not a tensor"
+            tensor = decode_tensor(spec, torch.float64)
+            if tensor.shape != expected.shape:
+                return f"{what}: {name} has shape {tuple(tensor.shape)}, expected {tuple(expected.shape)}"
+            error = relative_rms(tensor, expected)
+            if not error <= BF16_LIMIT:  # NaN fails too
+                return with_hint(f"{what}: {name} differs from the exact result (float64) by {error:.2%} "
+                                 f"(relative RMS), more than the {BF16_LIMIT:.1%} that rounding the result to bfloat16 "
+                                 "explains", BF16_ACCUMULATION)
+        return None
+
+    return Check(what, p, judge=judge)
+
+
+def flash_memory_check(inputs, num_tokens, causal, part):
+    """Nothing of size (T, T) in the forward (part="forward") or in the backward (part="backward") alone."""
+    call = "FlashAttention.apply" if part == "forward" else "FlashAttention.apply(...).backward(d_out)"
+    what = f"{call} on random (1, 2, {num_tokens}, 8) inputs, causal={causal}, block_q=32, block_k=16"
+    limit = num_tokens * num_tokens // 2
+    p = Program()
+    leaves = [p.call(p.tensor(inputs.randn(1, 2, num_tokens, 8)).attr("requires_grad_"), grad=True) for _ in range(3)]
+    out = p.call(G("FlashAttention").attr("apply"), *leaves, causal, 32, 16, grad=True, measure=part == "forward")
+    if part == "backward":
+        p.call(out.attr("backward"), p.tensor(inputs.randn(1, 2, num_tokens, 8)), grad=True, measure=True)
+
+    def judge(got, _reference):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1])
+        memory = got[0].get("memory") if isinstance(got[0], dict) else None
+        largest = memory.get("largest_numel") if isinstance(memory, dict) else None
+        if not isinstance(largest, int) or isinstance(largest, bool):
+            return f"{what}: the memory of its {part} was not recorded"
+        if largest >= limit:
+            return with_hint(f"{what}: its {part} made a tensor of {largest:,} entries, as large as the (T, T) = "
+                             f"({num_tokens}, {num_tokens}) weights of one head",
+                             RECOMPUTE if part == "forward" else TT_IN_BACKWARD)
+        return None
+
+    return Check(what, p, judge=judge)
+
+
 def flash_attention_forward(inputs):
-    return [flash_forward_check(inputs, *case) for case in FLASH_CASES]
+    return ([flash_forward_check(inputs, *case) for case in FLASH_CASES] +
+            [bfloat16_check(inputs, (1, 2, 256, 16), False, 16, 16, backward=False)] +
+            [flash_memory_check(inputs, 256, causal, "forward") for causal in (False, True)])
 
 
 def flash_attention_backward(inputs):
-    return [flash_backward_check(inputs, *case) for case in FLASH_CASES]
+    return ([flash_backward_check(inputs, *case) for case in FLASH_CASES] +
+            [bfloat16_check(inputs, (1, 2, 256, 16), False, 16, 16), bfloat16_check(inputs, (2, 1, 100, 8), True, 32, 8)] +
+            [flash_memory_check(inputs, 256, causal, "backward") for causal in (False, True)])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Part 4: the forward as a Triton kernel
+# ---------------------------------------------------------------------------------------------------------------
+
+TRITON_HINT = ("each program holds BLOCK_Q queries of one (sequence, head): mask the loads past T (other=0.0), give "
+               "the scores past T or in the future -inf, rescale the running output and sum by exp(m - m_new) when "
+               "the maximum grows, divide by the sum once at the end")
+NO_KERNEL = "write the loop as a @triton.jit kernel and launch it on a grid: kernel[grid](...), reading tl.program_id"
+
+
+TRITON_NO_SCALE = "the scores are not multiplied by scale = 1 / sqrt(head_dim) before the softmax"
+TRITON_NO_CAUSAL = ("when causal, a key after its query must get no weight: give those scores -inf, comparing the "
+                    "key's position with the query's (rows[:, None] and cols[None, :] in the kernel)")
+TRITON_PADDED_KEYS = ("the keys past T that a block's masked load filled with zeros got weight: their scores are 0, "
+                      "not -inf; mask the scores of keys past T as well as the loads")
+
+TRITON_NOT_RESCALED = ("when the running maximum grows, the output kept so far was weighted by exp(s - m_old): multiply "
+                       "it by exp(m_old - m_new), as the running sum is")
+
+
+def unrescaled_attention(q, k, v, causal, block_k):
+    """What a kernel computes when it rescales the running sum but not the running output as the maximum grows."""
+    t = q.shape[-2]
+    s = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5
+    if causal:
+        s = s.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    m = torch.full(s.shape[:-1], float("-inf"), dtype=s.dtype)
+    l, acc = torch.zeros_like(m), torch.zeros_like(q)
+    for j in range(0, t, block_k):
+        m_new = torch.maximum(m, s[..., j:j + block_k].amax(-1))
+        p = torch.exp(s[..., j:j + block_k] - m_new[..., None])
+        l = l * torch.exp(m - m_new) + p.sum(-1)
+        acc, m = acc + p @ v[..., j:j + block_k, :], m_new
+    return acc / l[..., None]
+
+
+def padded_keys_attention(q, k, v, block_k):
+    """What a kernel computes when the zero-filled keys past T in the last block of block_k keys keep score 0."""
+    pad = -q.shape[-2] % block_k
+    k, v = (F.pad(x, (0, 0, 0, pad)) for x in (k, v))
+    return F.scaled_dot_product_attention(q, k, v)
+
+
+def triton_check(inputs, shape, causal):
+    what = f"flash_attention_forward_triton on random {shape} inputs, causal={causal}"
+    q, k, v = (inputs.randn(*shape).double() for _ in range(3))
+    want = as_data(F.scaled_dot_product_attention(q, k, v, is_causal=causal).float())
+    mistakes = [(TRITON_NO_SCALE, F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=1.0))]
+    mistakes += [(TRITON_NOT_RESCALED, unrescaled_attention(q, k, v, causal, block)) for block in (16, 32, 64)]
+    if causal:
+        mistakes.append((TRITON_NO_CAUSAL, F.scaled_dot_product_attention(q, k, v)))
+    elif shape[-2] % 16:
+        mistakes += [(TRITON_PADDED_KEYS, padded_keys_attention(q, k, v, block)) for block in (16, 32, 64, 128)]
+    p = Program()
+    out = p.call(G("flash_attention_forward_triton"), p.tensor(q.float()), p.tensor(k.float()), p.tensor(v.float()),
+                 causal)
+    p.record(out, "the output", TRITON_HINT)
+    close = Expect("", atol=1e-4, rtol=1e-4)
+
+    def judge(got, _reference):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1])
+        problem = compare(got[0], want, f"{what}: the output", close)
+        if problem is None:
+            return None
+        for hint, output in mistakes:
+            if compare(got[0], as_data(output.float()), "", close) is None:
+                return NamedMistake(with_hint(problem, hint))
+        return with_hint(problem, TRITON_HINT)
+
+    return Check(what, p, judge=judge)
+
+
+TRITON_CASES = [((1, 1, 1, 3), True), ((2, 1, 17, 8), True), ((1, 2, 33, 16), False), ((2, 2, 20, 5), True)]
+
+
+def flash_attention_forward_triton(inputs):
+    checks = [triton_check(inputs, shape, causal) for shape, causal in TRITON_CASES]
+    for name, written in (("jit", "@triton.jit"), ("program_id", "tl.program_id")):
+        checks.append(require_call(f"the cell of flash_attention_forward_triton ({written})",
+                                   "flash_attention_forward_triton", name, NO_KERNEL))
+    return checks
 
 
 CELLS = {
@@ -164,7 +334,9 @@ CELLS = {
     "test_flash_attention_forward": flash_attention_forward,      # 2 points
     "test_flash_attention_backward": flash_attention_backward,    # 2 points
     "test_attention_lse_backward": attention_lse_backward,        # 6 points
+    "test_flash_attention_forward_triton": flash_attention_forward_triton,  # 4 points
 }
 
-# The lesson never differentiates the log-sum-exp as an output: 6 / 14 = 43% of the points.
-TRANSFER = {"test_attention_lse_backward"}
+# The lesson never differentiates the log-sum-exp as an output, and its Triton kernel holds whole rows with no running
+# maximum: (6 + 4) / 18 = 56% of the points.
+TRANSFER = {"test_attention_lse_backward", "test_flash_attention_forward_triton"}
