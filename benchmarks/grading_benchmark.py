@@ -13,6 +13,7 @@ copies of a generated course, on the same submissions drawn from the submission 
 """
 import argparse
 import io
+import itertools
 import os
 import shutil
 import sys
@@ -70,19 +71,45 @@ def timed(fn, *args, **kwargs):
     return result, time.perf_counter() - started
 
 
-def scores_or_none(course_dir, step, student):
-    """Per-cell scores, or None where the gradebook has no graded notebook for this submission."""
+def scores_or_none(course_dir, step, student, reasons):
+    """Per-cell scores, or None where the grader recorded why it could not grade this submission (`reasons`; plain
+    nbgrader leaves zeros in the gradebook then) or the gradebook has no graded notebook for it."""
+    if (student, step) in reasons:
+        return None
     try:
         return harness.cell_scores(course_dir, step, student)
     except Exception:
         return None
 
 
+def plain_reasons(nbgrader_log):
+    """{(student, step): the exception nbgrader logged} for each submission `nbgrader autograde` could not grade."""
+    reasons = {}
+    for chunk in nbgrader_log.split("There was an error processing assignment: ")[1:]:
+        path, *lines = chunk.splitlines()
+        # The traceback follows its "[AutogradeApp | ERROR] Traceback" line and ends at the next log line.
+        traceback = list(itertools.takewhile(lambda line: not line.startswith("["), lines[1:]))
+        exception = next((line.strip() for line in reversed(traceback) if line.strip()), "nbgrader logged no traceback")
+        reasons[(Path(path).parent.name, Path(path).name)] = exception
+    return reasons
+
+
+def fast_reasons(results):
+    """{(student, step): why} for each submission the class grader could not grade, in the words of its summary."""
+    return {(r["student"], r["assignment"]): "; ".join(r.get("problems", [])) or grading.nbgrader_message(r["error"])
+            for r in results if not r["success"]}
+
+
+def shown(scores, why):
+    return scores if scores is not None else f"not graded ({why or 'the grader recorded no reason'})"
+
+
 def grade_plain(course_dir, steps):
-    """One `nbgrader autograde` per step, then one `generate_feedback` per step; return both times and failures."""
+    """One `nbgrader autograde` per step, then one `generate_feedback` per step; return both times, failures and
+    {(student, step): why} for the submissions autograde could not grade."""
     os.environ["COURSE_EXECUTOR"] = "kernel"
     try:
-        failures = []
+        failures, reasons = [], {}
         autograde_seconds = feedback_seconds = 0.0
         for step in steps:
             log(f"  plain nbgrader autograde {step}")
@@ -90,12 +117,13 @@ def grade_plain(course_dir, steps):
             autograde_seconds += seconds
             if result.returncode != 0:
                 failures.append(f"autograde {step} exited {result.returncode}")
+                reasons.update(plain_reasons(result.stdout + result.stderr))
         for step in steps:
             result, seconds = timed(harness.nbgrader, course_dir, "generate_feedback", step, "--force", check=False)
             feedback_seconds += seconds
             if result.returncode != 0:
                 failures.append(f"generate_feedback {step} exited {result.returncode}")
-        return autograde_seconds, feedback_seconds, failures
+        return autograde_seconds, feedback_seconds, failures, reasons
     finally:
         del os.environ["COURSE_EXECUTOR"]
 
@@ -218,7 +246,7 @@ def main():
         submit_class(fed_dir, answers, set(students))
 
         log(f"plain nbgrader: {len(sampled) * len(steps)} notebooks")
-        autograde_seconds, feedback_seconds, plain_failures = grade_plain(plain_dir, steps)
+        autograde_seconds, feedback_seconds, plain_failures, plain_why = grade_plain(plain_dir, steps)
         log(f"fast grader: {len(answers)} notebooks, {args.workers} workers, autograde only")
         summary = io.StringIO()
         results, fast_seconds = timed(grading.grade_class, fast_dir, steps, workers=args.workers, timeout=10,
@@ -227,12 +255,14 @@ def main():
         _, fed_seconds = timed(grading.grade_class, fed_dir, steps, workers=args.workers, timeout=10,
                                out=io.StringIO())
         output = summary.getvalue()
+        fast_why = fast_reasons(results)
 
         log("comparing grades")
         same, different = 0, []
         for student in sampled:
             for step in steps:
-                plain, fast = scores_or_none(plain_dir, step, student), scores_or_none(fast_dir, step, student)
+                plain = scores_or_none(plain_dir, step, student, plain_why)
+                fast = scores_or_none(fast_dir, step, student, fast_why)
                 if plain == fast:
                     same += 1
                 else:
@@ -280,8 +310,8 @@ def main():
           f"submissions graded both ways)")
     for student, step, name, plain, fast in different[:10]:
         print(f"  {student} {step} ({name}):")
-        print(f"    plain: {plain if plain is not None else 'not graded'}")
-        print(f"    fast:  {fast if fast is not None else 'not graded'}")
+        print(f"    plain: {shown(plain, plain_why.get((student, step)))}")
+        print(f"    fast:  {shown(fast, fast_why.get((student, step)))}")
     if len(different) > 10:
         print(f"  ... and {len(different) - 10} more")
     for failure in plain_failures:

@@ -5,6 +5,7 @@ Screenshots of each key state go to artifacts/browser/ (git-ignored); a failing 
 """
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -18,6 +19,8 @@ from pathlib import Path
 import pytest
 
 import harness
+import test_check as learners
+from attention_grader.selfcheck import lesson_opened, part_titles
 from conftest import ROOT, require
 from test_instructor_workflow import HOSTILE_MARKDOWN, HOSTILE_OUTPUTS
 
@@ -131,6 +134,21 @@ def instructor(tmp_path_factory):
     harness.submit(course_dir, "nora", STEP, '{"cells": [')
     assert "nora / " in harness.grade_class(course_dir, STEP, "--student", "nora")
     yield from start_lab(course_dir, "--instructor")
+
+
+@pytest.fixture(scope="module")
+def learner(tmp_path_factory):
+    """A learner on their own: `python3 course.py start`, step 01 answered correctly, step 02 with a mistake of the
+    bank, step 03 untouched, then one `python3 course.py check` in a terminal."""
+    lab = start_lab(course_copy(tmp_path_factory.mktemp("learner")))
+    server = next(lab)
+    _, mistake = learners.bank_mistake()
+    learners.write_learners_work(server["dir"], mistake)
+    started = time.perf_counter()
+    learners.check(server["dir"])
+    print(f"course.py check on {learners.CORRECT} and {learners.MISTAKEN}: {time.perf_counter() - started:.1f} s")
+    yield {**server, "mistake": mistake}
+    next(lab, None)  # stops the server
 
 
 @pytest.fixture(scope="module")
@@ -318,6 +336,13 @@ def test_lesson_renders_its_plots(page, server):
     plots.last.scroll_into_view_if_needed()
     page.shot("plot")
     assert plots.last.evaluate("img => img.naturalWidth") > 300, "the heatmap did not render"
+    # Lessons are read-only in the student view: run and changed, the course's copy stays as `git pull` expects it.
+    expect(page.locator(".jp-NotebookPanel-toolbar")).to_contain_text("read-only")
+    page.keyboard.press("Control+s")
+    expect(page.get_by_text("is read-only. Use \"Save as…\" instead.")).to_be_visible()
+    lesson = f"notebooks/{STEP}.ipynb"
+    assert (server["dir"] / lesson).read_bytes() == (ROOT / lesson).read_bytes(), f"{lesson} was written"
+    assert lesson_opened(server["dir"], STEP), f"opening {lesson} left no mark for the progress page"
 
 
 def test_instructor_view_shows_every_file_and_nbgrader(page, instructor):
@@ -379,3 +404,39 @@ def test_no_script_of_a_submission_runs_in_formgrader_or_feedback(page, instruct
         page.shot(name)
         assert page.title() != "pwned", f"a script of the submission ran in {name}"
         assert page.evaluate("document.querySelectorAll('[onerror], a[href^=\\'javascript:\\']').length") == 0
+
+
+def test_learner_reaches_progress_from_home_in_one_click_and_reads_the_feedback(page, learner):
+    page.goto(f"{learner['url']}/lab/workspaces/progress/tree/HOME.md?token={learner['token']}&reset")
+    home = page.locator(".jp-RenderedMarkdown").filter(has_text="start here")
+    home.locator('a[href*="/files/work/PROGRESS.md?"]').click()
+    progress = page.locator(".jp-RenderedMarkdown").filter(has=page.get_by_role("heading", name="Your progress"))
+    expect(progress).to_be_visible()
+    page.shot("1-progress")
+    rows = progress.locator("tbody tr")
+    expect(rows).to_have_count(len(harness.course.steps()))
+    correct, mistaken, untouched = rows.nth(0), rows.nth(1), rows.nth(2)
+    for row, step in zip((correct, mistaken, untouched), (learners.CORRECT, learners.MISTAKEN, learners.UNTOUCHED)):
+        expect(row.locator("td").first).to_contain_text(step[:2])
+    mistake = learner["mistake"]
+    full = sum(harness.autograded_cells(learners.CORRECT).values())
+    got = sum(harness.expected_scores(learners.MISTAKEN, mistake).values())
+    most = sum(harness.autograded_cells(learners.MISTAKEN).values())
+    expect(correct).to_contain_text(f"{full:g}/{full:g} points")
+    expect(correct.locator("td").last).to_have_text("nothing")
+    expect(mistaken).to_contain_text(f"{got:g}/{most:g} points")
+    titles = part_titles(ROOT / "release" / learners.MISTAKEN / f"{learners.MISTAKEN}.ipynb")
+    for grade_id in mistake["fails"]:
+        expect(mistaken.locator("td").last).to_contain_text(titles[grade_id])
+    expect(untouched).to_contain_text("not started")
+    expect(untouched).to_contain_text("not checked yet")
+    assert "[" not in progress.inner_text(), f"markdown shown raw on the progress page: {progress.inner_text()}"
+
+    mistaken.get_by_role("link", name=f"{got:g}/{most:g} points").click()
+    # The failing checks' messages (the exercise's own text may use the same words).
+    errors = page.frame_locator(".jp-HTMLViewer iframe").locator(".output_error")
+    expect(errors).to_have_count(len(mistake["fails"]))
+    for words in mistake["fails"].values():
+        expect(errors.filter(has_text=re.compile(re.escape(words), re.IGNORECASE))).not_to_have_count(0)
+    errors.first.scroll_into_view_if_needed()
+    page.shot("2-feedback")

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import harness
-from attention_grader.selfcheck import part_titles, started
+from attention_grader.selfcheck import opened_mark, part_titles, started
 from conftest import ROOT
 
 CORRECT, MISTAKEN, UNTOUCHED = "01_dot_product_scores", "02_softmax", "03_trainable_qkv"
@@ -31,6 +31,19 @@ def learner_course(tmp_path):
         (course / "work" / notebook.parent.name).mkdir(parents=True)
         shutil.copy(notebook, course / "work" / notebook.parent.name / notebook.name)
     return course
+
+
+def bank_mistake():
+    """(name, variant): the first mistake of step 02's bank that lives in the notebook's cells."""
+    return next((name, v) for name, v in harness.bank(MISTAKEN, integrity=False).items()
+                if v["kind"] == "mistake" and "notebook" not in v)
+
+
+def write_learners_work(course, mistake):
+    """Step 01 answered correctly, step 02 with `mistake`, step 03 left as it was given."""
+    import nbformat
+    nbformat.write(harness.variant_notebook(CORRECT, {}), course / "work" / CORRECT / f"{CORRECT}.ipynb")
+    nbformat.write(harness.variant_submission(MISTAKEN, mistake), course / "work" / MISTAKEN / f"{MISTAKEN}.ipynb")
 
 
 def check(course, *args):
@@ -55,13 +68,10 @@ def test_check_grades_a_learners_work_and_shows_progress(tmp_path):
     assert "[not started](01_dot_product_scores/01_dot_product_scores.ipynb)" in (course / "work" / "PROGRESS.md").read_text()
 
     # step 01 answered correctly, step 02 with a mistake of the bank, step 03 untouched; lesson 01 opened in JupyterLab
-    name, mistake = next((name, v) for name, v in harness.bank(MISTAKEN, integrity=False).items()
-                         if v["kind"] == "mistake" and "notebook" not in v)
-    nbformat.write(harness.variant_notebook(CORRECT, {}), course / "work" / CORRECT / f"{CORRECT}.ipynb")
-    nbformat.write(harness.variant_submission(MISTAKEN, mistake), course / "work" / MISTAKEN / f"{MISTAKEN}.ipynb")
-    (course / "notebooks" / ".ipynb_checkpoints").mkdir()
-    shutil.copy(course / "notebooks" / f"{CORRECT}.ipynb",
-                course / "notebooks" / ".ipynb_checkpoints" / f"{CORRECT}-checkpoint.ipynb")
+    name, mistake = bank_mistake()
+    write_learners_work(course, mistake)
+    opened_mark(course, CORRECT).parent.mkdir(parents=True, exist_ok=True)  # as the student view leaves it
+    opened_mark(course, CORRECT).touch()
 
     out = check(course)
     full = sum(harness.autograded_cells(CORRECT).values())

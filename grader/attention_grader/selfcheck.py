@@ -47,9 +47,16 @@ def started(root, step):
     return work.exists() and cell_sources(work) != cell_sources(release)
 
 
+def opened_mark(root, step):
+    """Left by the student view of `course.py start` when it opens the lesson (jupyter_config/student/)."""
+    return Path(root) / PRIVATE / "opened" / step
+
+
 def lesson_opened(root, step):
-    """JupyterLab keeps a checkpoint of a notebook from the first time it opens it (notebooks/.ipynb_checkpoints/)."""
-    return (Path(root) / "notebooks" / ".ipynb_checkpoints" / f"{step}-checkpoint.ipynb").exists()
+    """The student view marks a lesson it opens; before lessons were read-only there, JupyterLab kept a checkpoint of
+    a lesson from the first time it opened it (notebooks/.ipynb_checkpoints/)."""
+    return (opened_mark(root, step).exists()
+            or (Path(root) / "notebooks" / ".ipynb_checkpoints" / f"{step}-checkpoint.ipynb").exists())
 
 
 def last_results(root):
@@ -81,7 +88,7 @@ def write_progress(root):
             "`python3 course.py start`. [Back to the course home](../HOME.md)", "",
             "| step | lesson | exercise | last check (hidden checks) | what is left |",
             "| --- | --- | --- | --- | --- |", *rows, "",
-            "*Lesson opened*: JupyterLab has opened the lesson (it keeps a checkpoint of it from then on). "
+            "*Lesson opened*: you have opened the lesson in JupyterLab. "
             "*Started*: a cell of your exercise differs from the one you were given. *Last check*: the points of the "
             "autograded tests in `python3 course.py check`, with the hidden checks on other inputs; the points link "
             "to the feedback page, which says what each failing check found. Written answers are graded by hand and "

@@ -130,4 +130,62 @@ VARIANTS = {
                   "    return queries @ keys.transpose(-2, -1)\n"},
         "fails": {"test_cross_attention_scores_broadcast": "ValueError"},
     },
+    # ---------------------------------------------------------------- Part 6
+    "direction_by_cosine_similarity": {
+        "kind": "correct",
+        "cells": {"direction_scores":
+                  "import torch.nn.functional as F\n\n\n"
+                  "def direction_scores(queries, keys):\n"
+                  "    return F.cosine_similarity(queries.unsqueeze(-2), keys.unsqueeze(-3), dim=-1)\n"},
+    },
+    "direction_normalize_then_einsum": {
+        "kind": "correct",
+        "cells": {"direction_scores":
+                  "def direction_scores(queries, keys):\n"
+                  "    q = torch.nn.functional.normalize(queries, dim=-1)\n"
+                  "    k = torch.nn.functional.normalize(keys, dim=-1)\n"
+                  "    return torch.einsum('...qd,...kd->...qk', q, k)\n"},
+    },
+    "direction_divide_the_dot_products": {
+        "kind": "correct",
+        "cells": {"direction_scores":
+                  "def direction_scores(queries, keys):\n"
+                  "    lengths = queries.norm(dim=-1).unsqueeze(-1) * keys.norm(dim=-1).unsqueeze(-2)\n"
+                  "    scores = queries @ keys.transpose(-2, -1)\n"
+                  "    return torch.where(lengths > 0, scores / torch.where(lengths > 0, lengths, 1.0), 0.0)\n"},
+    },
+    "direction_nan_for_zero_vectors": {
+        "kind": "mistake",
+        "cells": {"direction_scores":
+                  "def direction_scores(queries, keys):\n"
+                  "    q = queries / queries.norm(dim=-1, keepdim=True)\n"
+                  "    k = keys / keys.norm(dim=-1, keepdim=True)\n"
+                  "    return q @ k.transpose(-2, -1)\n"},
+        "fails": {"test_direction_scores": "length 0"},
+    },
+    "direction_keys_not_normalised": {
+        "kind": "mistake",
+        "cells": {"direction_scores":
+                  "def direction_scores(queries, keys):\n"
+                  "    q = queries / queries.norm(dim=-1, keepdim=True).clamp_min(1e-12)\n"
+                  "    return q @ keys.transpose(-2, -1)\n"},
+        "fails": {"test_direction_scores": "keys' lengths"},
+    },
+    "direction_lengths_over_tokens": {
+        "kind": "mistake",
+        "cells": {"direction_scores":
+                  "def direction_scores(queries, keys):\n"
+                  "    q = queries / queries.norm(dim=-2, keepdim=True).clamp_min(1e-12)\n"
+                  "    k = keys / keys.norm(dim=-2, keepdim=True).clamp_min(1e-12)\n"
+                  "    return q @ k.transpose(-2, -1)\n"},
+        "fails": {"test_direction_scores": "own row"},
+    },
+    "direction_squared_lengths": {
+        "kind": "mistake",
+        "cells": {"direction_scores":
+                  "def direction_scores(queries, keys):\n"
+                  "    q = queries / (queries * queries).sum(-1, keepdim=True).clamp_min(1e-12)\n"
+                  "    return q @ keys.transpose(-2, -1) / (keys * keys).sum(-1).unsqueeze(-2).clamp_min(1e-12)\n"},
+        "fails": {"test_direction_scores": "square root"},
+    },
 }

@@ -1,16 +1,17 @@
 """Judges of step 01: dot-product scores."""
 import torch
 
-from attention_grader.judging import G, Program, call_check, default_judge, expect_value_error
+from attention_grader.judging import G, NamedMistake, Program, call_check, default_judge, expect_value_error
 from attention_grader.judges.common import first_raised, tensor_of, with_other_hint
 from attention_course import data
 
 INPUTS = data.journey_inputs()
 BATCH = data.journey_batch()
 
-# The parts that apply the lesson's idea to a case it did not work through: one query per sentence of a batch, and
-# queries against keys of another length with broadcast leading dimensions.
-TRANSFER = {"test_attention_scores_for_query", "test_cross_attention_scores", "test_cross_attention_scores_broadcast"}
+# The parts that apply the lesson's idea to a case it did not work through: one query per sentence of a batch,
+# queries against keys of another length with broadcast leading dimensions, and scores that ignore length.
+TRANSFER = {"test_attention_scores_for_query", "test_cross_attention_scores", "test_cross_attention_scores_broadcast",
+            "test_direction_scores"}
 
 PER_SENTENCE = ("each sentence meets only its own query: (..., T, d) times (..., d, 1) gives (..., T, 1), then drop the "
                 "last dimension (or einsum '...td,...d->...t'); `inputs @ query` treats a (b, d) stack of queries as "
@@ -120,10 +121,77 @@ def cross_attention_scores_broadcast(inputs):
     return checks
 
 
+
+# ---------------------------------------------------------------------------------------------------------------
+# Part 6: scores by direction alone
+# ---------------------------------------------------------------------------------------------------------------
+
+DIRECTION = ("divide each query and each key by its own length, the norm over its last dimension, before the product; "
+             "a zero vector's length must not become a division by 0")
+
+
+def unit(x, dim=-1):
+    return x / x.norm(dim=dim, keepdim=True).clamp_min(1e-12)
+
+
+def likely_direction_mistake(got, queries, keys):
+    """The mistake a wrong result shows, when it is one of these; else None."""
+    q, k = queries.double(), keys.double()
+    if torch.isnan(got).any():
+        return ("a zero vector has length 0, and dividing by it gives nan: clamp the length to a small minimum (or "
+                "use torch.where) so that its scores are 0")
+    guesses = [(unit(q) @ k.transpose(-2, -1), "only the queries were divided by their lengths: the keys' lengths "
+                                               "still count, so divide each key by its own length too"),
+               (q @ unit(k).transpose(-2, -1), "only the keys were divided by their lengths: divide each query by "
+                                               "its own length too"),
+               (unit(q, -2) @ unit(k, -2).transpose(-2, -1),
+                "the lengths were taken down the columns (over the tokens, dim=-2): a vector's length is the norm of "
+                "its own row, over the last dimension"),
+               (q @ k.transpose(-2, -1) / ((q * q).sum(-1, keepdim=True) * (k * k).sum(-1)[..., None, :]).clamp_min(1e-24),
+                "the product was divided by the squared lengths: a length is the square root of the sum of squares")]
+    for guess, text in guesses:
+        if got.shape == guess.shape and torch.allclose(got, guess, atol=1e-4, rtol=1e-4):
+            return text
+    return None
+
+
+def direction_check(what, queries, keys):
+    check = call_check(what, "direction_scores", queries, keys, hint=DIRECTION)
+
+    def judge(got, want):
+        problem = default_judge(check, got, want)
+        if problem and first_raised(got) is None and got and "tensor" in got[0]:
+            mistake = likely_direction_mistake(tensor_of(got[0]), queries, keys)
+            return NamedMistake(with_other_hint(problem, mistake)) if mistake else problem
+        return problem
+
+    check.judge = judge
+    return check
+
+
+def direction_scores(inputs):
+    checks = [direction_check("direction_scores(inputs, inputs) on the journey sentence", INPUTS, INPUTS),
+              direction_check("direction_scores(batch, inputs / 3): keys (6, 3) shared by a (2, 6, 3) batch", BATCH,
+                              INPUTS / 3)]
+    for q_shape, k_shape in [((4, 3), (5, 3)), ((1, 7), (3, 7)), ((3, 4, 5), (3, 2, 5)), ((2, 4, 3, 8), (2, 1, 5, 8)),
+                             ((2, 2, 5, 3), (5, 3))]:
+        checks.append(direction_check(f"direction_scores on random queries {q_shape} and keys {k_shape}",
+                                      inputs.randn(*q_shape), inputs.randn(*k_shape)))
+    queries, keys = inputs.randn(3, 4), inputs.randn(5, 4)
+    queries[1], keys[2] = 0, 0
+    checks.append(direction_check("direction_scores on random queries (3, 4) and keys (5, 4), query 1 and key 2 zero",
+                                  queries, keys))
+    scales = torch.tensor([[1000.0], [0.001], [3.0]])
+    checks.append(direction_check("direction_scores on random queries (3, 4) stretched by 1000, 0.001 and 3, and keys "
+                                  "(5, 4)", inputs.randn(3, 4) * scales, inputs.randn(5, 4)))
+    return checks
+
+
 CELLS = {
     "test_attention_scores_for_query": attention_scores_for_query,
     "test_attention_scores_single": attention_scores_single,
     "test_attention_scores_batched": attention_scores_batched,
     "test_cross_attention_scores": cross_attention_scores,
     "test_cross_attention_scores_broadcast": cross_attention_scores_broadcast,
+    "test_direction_scores": direction_scores,
 }

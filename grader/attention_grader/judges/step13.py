@@ -206,11 +206,11 @@ def bfloat16_check(inputs, shape, causal, block_q, block_k, backward=True):
 def flash_memory_check(inputs, num_tokens, causal, part):
     """Nothing of size (T, T) in the forward (part="forward") or in the backward (part="backward") alone."""
     call = "FlashAttention.apply" if part == "forward" else "FlashAttention.apply(...).backward(d_out)"
-    what = f"{call} on random (1, 2, {num_tokens}, 8) inputs, causal={causal}, block_q=32, block_k=16"
+    what = f"{call} on random (1, 2, {num_tokens}, 8) inputs, causal={causal}, block_q=16, block_k=16"
     limit = num_tokens * num_tokens // 2
     p = Program()
     leaves = [p.call(p.tensor(inputs.randn(1, 2, num_tokens, 8)).attr("requires_grad_"), grad=True) for _ in range(3)]
-    out = p.call(G("FlashAttention").attr("apply"), *leaves, causal, 32, 16, grad=True, measure=part == "forward")
+    out = p.call(G("FlashAttention").attr("apply"), *leaves, causal, 16, 16, grad=True, measure=part == "forward")
     if part == "backward":
         p.call(out.attr("backward"), p.tensor(inputs.randn(1, 2, num_tokens, 8)), grad=True, measure=True)
 
@@ -233,14 +233,14 @@ def flash_memory_check(inputs, num_tokens, causal, part):
 
 def flash_attention_forward(inputs):
     return ([flash_forward_check(inputs, *case) for case in FLASH_CASES] +
-            [bfloat16_check(inputs, (1, 2, 256, 16), False, 16, 16, backward=False)] +
-            [flash_memory_check(inputs, 256, causal, "forward") for causal in (False, True)])
+            [bfloat16_check(inputs, (1, 2, 64, 16), False, 16, 16, backward=False)] +
+            [flash_memory_check(inputs, 64, causal, "forward") for causal in (False, True)])
 
 
 def flash_attention_backward(inputs):
     return ([flash_backward_check(inputs, *case) for case in FLASH_CASES] +
-            [bfloat16_check(inputs, (1, 2, 256, 16), False, 16, 16), bfloat16_check(inputs, (2, 1, 100, 8), True, 32, 8)] +
-            [flash_memory_check(inputs, 256, causal, "backward") for causal in (False, True)])
+            [bfloat16_check(inputs, (1, 2, 64, 16), False, 16, 16), bfloat16_check(inputs, (2, 1, 48, 8), True, 16, 8)] +
+            [flash_memory_check(inputs, 64, causal, "backward") for causal in (False, True)])
 
 
 # ---------------------------------------------------------------------------------------------------------------
