@@ -33,6 +33,9 @@ CORRECT = {
     "def cross_attention_scores": "def cross_attention_scores(queries, keys):\n    if keys.shape[-1] != queries.shape[-1]:\n"
                                   "        raise ValueError('keys: last dimension differs')\n"
                                   "    return queries @ keys.transpose(-2, -1)\n",
+    "def direction_scores": "def direction_scores(queries, keys):\n"
+                            "    q = torch.nn.functional.normalize(queries, dim=-1)\n"
+                            "    return q @ torch.nn.functional.normalize(keys, dim=-1).transpose(-2, -1)\n",
 }
 # A submission that tries to run script in the instructor's browser: in markdown, in an HTML output, in an SVG.
 HOSTILE = {"reading_the_scores": HOSTILE_MARKDOWN,

@@ -392,3 +392,34 @@ def test_a_failed_check_shows_the_expected_values_in_the_student_s_dtype():
             fail("wrong", torch.ones(2, dtype=torch.float64), got)
         except CheckFailed as failure:
             assert f"expected: {shown}\n" in str(failure), str(failure)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_step_13s_answer_key_passes_gradcheck(causal):
+    """The key's hand-written backward and its FlashAttention agree with finite differences (float64), on tiles that
+    do and do not divide T; gradcheck fails a backward with one term of the softmax's Jacobian dropped."""
+    key = reference("13_attention_backward")
+    flash, backward = key["FlashAttention"], key["attention_backward"]
+    generator = torch.Generator().manual_seed(13)
+    q, k, v, d_out = (torch.randn(1, 2, 5, 3, generator=generator, dtype=torch.float64) for _ in range(4))
+    for block_q, block_k in [(1, 1), (2, 3), (4, 2), (8, 8)]:
+        assert torch.autograd.gradcheck(lambda *x: flash.apply(*x, causal, block_q, block_k),
+                                        [x.clone().requires_grad_() for x in (q, k, v)]), (block_q, block_k)
+
+    class ByHand(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v):
+            ctx.save_for_backward(q, k, v)
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return backward(*ctx.saved_tensors, grad, None, causal)
+
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    assert torch.autograd.gradcheck(ByHand.apply, leaves)
+    mistaken = dict(key)
+    exec(judging.editable_sources(harness.source_notebook("13_attention_backward"))["attention_backward"].replace(
+        "d_s = p * (d_p - d)", "d_s = p * d_p"), mistaken)
+    backward = mistaken["attention_backward"]  # ByHand looks it up when called
+    assert not torch.autograd.gradcheck(ByHand.apply, leaves, raise_exception=False)
