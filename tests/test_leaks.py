@@ -181,14 +181,15 @@ def core(line):
     return re.sub(r"^(return\s+|[\w.\[\], ]+(?<![=!<>])=(?!=)\s*)", "", line).strip()
 
 
-# Steps whose exercises are still to be rewritten (issue 34): expected to fail until they are, and flagged when they pass.
-NOT_YET_REWRITTEN = {"decisive": set(), "transfer": set()}  # steps whose exercise is being rewritten (issue 34)
+# Steps whose exercises are still to be rewritten (issues 34, 45): expected to fail until they are, and flagged when
+# they pass.
+NOT_YET_REWRITTEN = {"decisive": set(), "transfer": set(), "hints": set(STEPS), "proof": set(STEPS)}
 
 
 def holds(step, ok, message, rule):
     if step in NOT_YET_REWRITTEN[rule]:
         assert not ok, f"{step} now passes: take it out of NOT_YET_REWRITTEN[{rule!r}]"
-        pytest.xfail(f"{step}'s exercise is still to be rewritten (issue 34): {message}")
+        pytest.xfail(f"{step}'s exercise is still to be rewritten (issue 45): {message}")
     assert ok, message
 
 
@@ -224,3 +225,62 @@ def test_transfer_parts_carry_at_least_40_percent_of_the_points(step):
     share = sum(cells[cell] for cell in transfer) / sum(cells.values())
     holds(step, share >= 0.4, f"{step}: transfer parts carry {share:.0%} of the autograded points ({sorted(transfer)})",
           "transfer")
+
+
+HINT_ARGUMENT = {"expect": 2, "fail": 3}  # the position of `hint` where a check takes it positionally
+
+
+def hints_written_out(path):
+    """The hints a notebook's code shows as words (`hint="..."`), where it should name a key of
+    attention_course/mistakes, looked up only when the check fails."""
+    from attention_course.checks import HINT_KEY
+    from attention_course.mistakes import words
+    found = []
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type != "code":
+            continue
+        try:
+            tree = ast.parse(re.sub(r"(?m)^\s*[%!].*$", "", cell.source))
+        except SyntaxError:
+            continue
+        for call in (node for node in ast.walk(tree) if isinstance(node, ast.Call)):
+            name = getattr(call.func, "id", getattr(call.func, "attr", ""))
+            given = [k.value for k in call.keywords if k.arg == "hint"]
+            if name in HINT_ARGUMENT and len(call.args) > HINT_ARGUMENT[name]:
+                given.append(call.args[HINT_ARGUMENT[name]])
+            for hint in given:
+                key = hint.value if isinstance(hint, ast.Constant) else None
+                if not (isinstance(key, str) and (key == "" or HINT_KEY.fullmatch(key) and words(key))):
+                    found.append(f"{path.name}: {ast.unparse(hint)[:100]}")
+    return found
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_no_hint_is_shown_before_its_check_fails(step):
+    """A visible test names its hints by key (attention_course/mistakes/stepNN.py); the words appear only when the
+    check fails, so the released exercise states no likely mistake before the student runs their code."""
+    found = [hint for path in sorted((ROOT / "release" / step).glob("*.ipynb")) for hint in hints_written_out(path)]
+    holds(step, not found, f"{step}'s released exercise shows hints before a check fails:\n" + "\n".join(found),
+          "hints")
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_every_transfer_part_carries_its_proof_in_the_bank(step):
+    """For every transfer test cell, the bank's PROOF names the lesson's code adapted mechanically and the library
+    (or autograd) shortcut, both expected to fail that cell, and two correct solutions in other styles, expected to
+    pass it; tests/test_grading.py grades them all."""
+    judges = importlib.import_module(f"attention_grader.judges.step{step[:2]}")
+    bank = harness.bank_module(step)
+    variants, proof = bank.VARIANTS, getattr(bank, "PROOF", {})
+    problems = []
+    for cell in sorted(getattr(judges, "TRANSFER", ())):
+        named = proof.get(cell, {})
+        for role in ("lesson", "shortcut"):
+            names = named.get(role, [])
+            if not names or any(cell not in variants.get(name, {}).get("fails", {}) for name in names):
+                problems.append(f"{cell}: no {role} variant that fails it ({names})")
+        correct = named.get("correct", [])
+        if len(correct) < 2 or any(variants.get(name, {}).get("kind") != "correct"
+                                   or cell in variants[name].get("fails", {}) for name in correct):
+            problems.append(f"{cell}: fewer than two correct variants that pass it ({correct})")
+    holds(step, not problems, f"{step}'s transfer parts lack their proof:\n" + "\n".join(problems), "proof")
