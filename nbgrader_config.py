@@ -5,7 +5,8 @@ from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPrep
 from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, Execute, IgnorePattern,
                                     LimitOutput, OverwriteKernelspec, SaveAutoGrades)
 
-from attention_grader.feedback import GetGradesOrPending, HideHiddenTests, SanitizeStudentHTML, score_or_pending
+from attention_grader.feedback import (GetGradesOrPending, HideHiddenTests, SanitizeStudentHTML, clean_html,
+                                      score_or_pending)
 from attention_grader.forking import ForkingExecute
 from attention_grader.judging import JudgeCells, PlanHiddenChecks
 from attention_grader.sanitize import DropDuplicateIds, RestoreCells
@@ -59,9 +60,11 @@ c.OverwriteCells.add_missing_cells = True
 
 # Feedback shows what failed and why, never the hidden checks (see attention_grader/feedback.py).
 # Student markdown and outputs are shown without running any script, in feedback and in formgrader (whose view of a
-# submission is an HTMLExporter built from this config): nbconvert's bleach-based SanitizeHTML, also applied to markdown syntax.
+# submission is an HTMLExporter built from this config): SanitizeStudentHTML (ammonia, in linear time), also applied to
+# markdown syntax, and the same cleaner where the templates clean HTML again.
 c.GenerateFeedback.preprocessors = [GetGradesOrPending, HideHiddenTests, SanitizeStudentHTML, CSSHTMLHeaderPreprocessor]
-c.HTMLExporter.filters = {"float": score_or_pending}  # shows "not graded yet" where nbgrader's template says 0.0
+# "float" shows "not graded yet" where nbgrader's template says 0.0
+c.HTMLExporter.filters = {"float": score_or_pending, "clean_html": clean_html}
 c.HTMLExporter.preprocessors = [SanitizeStudentHTML]
 c.HTMLExporter.sanitize_html = True
 

@@ -5,11 +5,13 @@ import csv
 import getpass
 import subprocess
 import sys
+import time
 
+import nbformat
 import pytest
 
 import harness
-from conftest import STEPS
+from conftest import ROOT, STEPS
 
 COURSE_ID = "attention-step-by-step"
 STEP = STEPS[0]
@@ -259,3 +261,24 @@ def test_feedback_shows_student_html_without_running_it(fresh_clone_class):
     course_dir, _, _ = fresh_clone_class
     page = (course_dir / "feedback" / "mallory" / STEP / f"{STEP}.html").read_text()
     assert "pwned" in page and active_parts(page) == []
+
+
+@pytest.mark.parametrize("pattern", ["<b><i><p>x", "<div>x", "<ul><li>x", "<table><b>x"])
+def test_feedback_renders_a_flood_of_misnested_html_in_seconds(pattern):
+    """Eight megabytes (the output cap) of misnested or deeply nested HTML, in outputs and a markdown cell, are
+    rendered by the course's feedback exporter in seconds (bleach's html5lib took minutes on 360 KB, ammonia's parser
+    20 s on 256 KB of nested <div>s), their beginning shown as text and nothing in them run."""
+    from nbconvert import HTMLExporter
+    from traitlets.config.loader import PyFileConfigLoader
+    flood = HOSTILE_MARKDOWN + pattern * (3_000_000 // len(pattern))
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell(flood),
+        nbformat.v4.new_code_cell("flood()", outputs=[
+            nbformat.v4.new_output("display_data", data={"text/html": flood, "text/plain": "<HTML>"}),
+            nbformat.v4.new_output("display_data", data={"text/markdown": flood})])])
+    exporter = HTMLExporter(config=PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config())
+    started = time.perf_counter()
+    page, _ = exporter.from_notebook_node(nb)
+    elapsed = time.perf_counter() - started
+    assert elapsed < 10, f"{elapsed:.1f} s to render {len(flood):,} characters of {pattern!r}"
+    assert "pwned" in page and active_parts(page) == [] and "more characters, not shown here" in page

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
@@ -400,3 +401,125 @@ def test_judges_list_test_cells_in_the_exercise_s_order(step):
     from attention_grader.judging import autograded_test_cells, judges_of
     nb = harness.source_notebook(step)
     assert [cell_id for cell_id, _ in autograded_test_cells(nb)] == list(judges_of(step).CELLS)
+
+
+# --- one notebook cannot slow the class (issue 44): each attack graded before two honest classmates -----------------
+
+# Two dozen busy processes, each in a session of its own (so each its own scheduler autogroup), kept while the
+# notebook's cells run near the cell timeout: the other worker was left a tenth of a core.
+SPINNERS = ("import subprocess, sys, time\n"
+            "for _ in range(24):\n"
+            "    subprocess.Popen([sys.executable, '-c', 'while True: pass'], start_new_session=True)\n")
+# Gigabytes queued in Unix socket pairs that nobody reads: memory no process's size shows, past the 4 GiB limit.
+SOCKET_BUFFERS = ("import resource, socket\n"
+                  "resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)\n"
+                  "held = []\n"
+                  "for _ in range(800):\n"
+                  "    a, b = socket.socketpair()\n"
+                  "    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 << 20)\n"
+                  "    a.setblocking(False)\n"
+                  "    try:\n"
+                  "        while True:\n"
+                  "            a.send(b'x' * (1 << 20))\n"
+                  "    except BlockingIOError:\n"
+                  "        pass\n"
+                  "    held.append((a, b))\n")
+HOLD = "import time\ntime.sleep({seconds})\n"
+
+
+def slow_classmate(seconds=4):
+    """The answer key with a first cell that computes for `seconds` of CPU time: honest, and slow."""
+    nb = harness.variant_notebook(STEP, {})
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution"))
+    cell.source = (f"import time as _time\n_start = _time.process_time()\nwhile _time.process_time() - _start < {seconds}:"
+                   f"\n    pass\n" + cell.source)
+    return nb
+
+
+def attacker_holding(code, cells=3, seconds=9):
+    """The release with `code` in its first solution cell and the first `cells` solution cells each kept running
+    `seconds` (under a 10 s cell timeout)."""
+    nb = harness.read_notebook(ROOT / "release" / STEP / f"{STEP}.ipynb")
+    solutions = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
+    for cell in solutions[:cells]:
+        cell.source = HOLD.format(seconds=seconds) + cell.source
+    solutions[0].source = code + solutions[0].source
+    return nb
+
+
+def grade_with(course_dir, attacker, workers):
+    """Grade `attacker` (if any) first, then two honest classmates; return (scores, seconds, the run)."""
+    harness.submit(course_dir, "b_slow_classmate", STEP, slow_classmate())
+    harness.submit(course_dir, "c_classmate", STEP, harness.variant_notebook(STEP, {}))
+    if attacker is not None:
+        harness.submit(course_dir, "a_attacker", STEP, attacker)
+    command = [sys.executable, "-m", "attention_grader.grading", STEP, "--workers", str(workers), "--timeout", "10",
+               "--root", str(course_dir)]
+    started, lowest = time.monotonic(), [available_memory()]
+    with open(course_dir / "out.txt", "w+") as out, subprocess.Popen(command, cwd=course_dir, stdout=out,
+                                                                     stderr=subprocess.STDOUT, text=True) as process:
+        while process.poll() is None:  # the machine's available memory, as the class is graded
+            lowest.append(available_memory())
+            time.sleep(0.2)
+        out.seek(0)
+        run = subprocess.CompletedProcess(command, process.returncode, out.read(), "")
+    seconds = time.monotonic() - started
+    assert run.returncode in (0, 1) and (course_dir / "grades.csv").exists(), run.stdout + run.stderr
+    scores = {s: harness.cell_scores(course_dir, STEP, s) for s in ("b_slow_classmate", "c_classmate")}
+    return scores, seconds, run, lowest[0] - min(lowest)
+
+
+def available_memory():
+    with open("/proc/meminfo") as meminfo:
+        return next(int(line.split()[1]) << 10 for line in meminfo if line.startswith("MemAvailable:"))
+
+
+@pytest.mark.parametrize("attack, workers", [("spinners", 2), ("spinners", 1), ("socket_buffers", 1)])
+def test_one_notebook_cannot_slow_its_classmates(attack, workers, base_course, tmp_path):
+    """Graded before two honest classmates, the attacker leaves them their scores and their feedback within 1.5x the
+    time of a class graded without it, plus a minute; the class run ends with grades.csv and the summary. Before:
+    the slow classmate lost 6 of 16 points (timed out) and the run could end in a traceback (spinners); 3 GiB of
+    socket buffers were held unseen under a 1 GiB limit, and 6 GiB under the default 4 GiB."""
+    require("bwrap", "attacks on the sandboxed executor")
+    control_dir, attack_dir = tmp_path / "control", tmp_path / "attack"
+    harness.shutil.copytree(base_course, control_dir)
+    harness.shutil.copytree(base_course, attack_dir)
+    full = harness.autograded_cells(STEP)
+    code = {"spinners": SPINNERS, "socket_buffers": SOCKET_BUFFERS}[attack]
+    control, control_seconds, _, _ = grade_with(control_dir, None, workers)
+    assert control == {"b_slow_classmate": full, "c_classmate": full}, control
+    got, seconds, run, taken = grade_with(attack_dir, attacker_holding(code), workers)
+    assert got == control, f"classmates' scores changed by the attack: {got}\n{run.stdout}"
+    assert seconds <= 1.5 * control_seconds + 60, f"{seconds:.0f} s against {control_seconds:.0f} s without the attack"
+    assert harness.cell_scores(attack_dir, STEP, "a_attacker") == {cell: 0.0 for cell in full}
+    assert taken < forking.ForkingExecute.memory_limit.default_value + (1 << 30), f"{taken >> 20} MiB taken from the machine"
+    assert not any(name in line for line in run.stdout.splitlines()
+                   for name in ("b_slow_classmate /", "c_classmate /")), run.stdout
+
+
+def test_a_worker_that_does_not_end_is_ended_with_what_it_started():
+    """Before: closing a worker that did not exit within 30 s raised subprocess.TimeoutExpired, so the class run ended
+    in a traceback without grades.csv, the worker left running."""
+    from attention_grader.grading import Worker
+    worker = Worker.__new__(Worker)
+    stubborn = ("import subprocess, sys, time\n"
+                "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+                "time.sleep(600)\n")
+    worker.process = subprocess.Popen([sys.executable, "-c", stubborn], stdin=subprocess.PIPE, text=True,
+                                      start_new_session=True)
+    time.sleep(1)
+    started = time.monotonic()
+    worker.close(wait=1)
+    assert time.monotonic() - started < 10 and worker.process.poll() is not None
+    time.sleep(0.5)
+    left = [pid for pid in os.listdir("/proc") if pid.isdigit() and _running_in_session(pid, worker.process.pid)]
+    assert not left, f"processes of the worker still running: {left}"
+
+
+def _running_in_session(pid, session):
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return fields[0] != "Z" and int(fields[3]) == session
+    except (OSError, ValueError, IndexError):
+        return False

@@ -6,8 +6,10 @@ failing lines of test code. This preprocessor removes the hidden regions and cut
 its message, which the course's checks write for students. An answer graded by hand and not graded yet shows "not
 graded yet", not nbgrader's 0.0.
 """
+import html
 import re
 
+import nh3
 from nbconvert.filters.markdown_mistune import markdown2html_mistune
 from nbconvert.preprocessors.sanitize import ALLOWED_TAGS, SanitizeHTML
 from nbgrader.preprocessors import ClearHiddenTests, GetGrades
@@ -25,20 +27,76 @@ class HideHiddenTests(ClearHiddenTests):
         return cell, resources
 
 
-class SanitizeStudentHTML(SanitizeHTML):
-    """nbconvert's bleach-based sanitiser, also for markdown syntax: a markdown cell is rendered to HTML first, so that
-    `[text](javascript:...)` is cleaned like `<a href="javascript:...">`. Outputs: script, SVG and unknown types are
-    removed, HTML is cleaned (SanitizeHTML's own rules)."""
+# Tags and attributes a student's HTML keeps; everything else (script, style, iframe, event handlers, javascript:
+# links) is removed by ammonia (nh3), whose parser runs in time linear in the text, unlike bleach's html5lib.
+TAGS = set(ALLOWED_TAGS) | {"p", "br", "pre", "h1", "h2", "h3", "h4", "hr", "table", "thead", "tbody", "tr", "th", "td",
+                            "sub", "sup", "div", "span", "code"}
+ATTRIBUTES = {"a": {"href", "title"}, "abbr": {"title"}, "acronym": {"title"}, "*": {"class"}}
+# Any HTML parser's time grows with the depth of nesting at each tag (html5ever's too: 40,000 nested <div>s take 10 s),
+# and every page is parsed again whole by nbconvert: a text with more tags than MAX_TAGS is shown as text, and a
+# notebook's feedback shows at most MAX_SHOWN characters of its outputs and markdown (the graded notebook keeps them
+# all), so that a notebook at the output cap is rendered in seconds.
+MAX_TAGS = 5_000
+MAX_SHOWN = 250_000
+OPENING = re.compile(r"<[A-Za-z!/?]")
 
-    tags = List(Unicode(), default_value=sorted(ALLOWED_TAGS | {"p", "br", "pre", "h1", "h2", "h3", "h4", "hr", "table",
-                                                                 "thead", "tbody", "tr", "th", "td", "sub", "sup"}))
+
+def clean_html(text):
+    """A student's HTML without anything that runs, or its text escaped where it holds more than MAX_TAGS tags."""
+    text = text.decode() if isinstance(text, bytes) else str(text)
+    if len(OPENING.findall(text)) > MAX_TAGS:
+        return "<pre>" + html.escape(text) + "</pre>"
+    return nh3.clean(text, tags=TAGS, attributes=ATTRIBUTES)
+
+
+class SanitizeStudentHTML(SanitizeHTML):
+    """Markdown cells, HTML and markdown outputs cleaned by `clean_html`; a markdown cell is rendered to HTML first, so
+    that `[text](javascript:...)` is cleaned like `<a href="javascript:...">`. Script, SVG and unknown output types are
+    removed (SanitizeHTML's rules). HTML past MAX_TAGS tags or past the notebook's MAX_SHOWN characters is shown as
+    text, cut where the budget ends."""
+
+    def preprocess(self, nb, resources):
+        self.left = MAX_SHOWN
+        return super().preprocess(nb, resources)
+
+    def shown(self, text):
+        """`text` cut to what is left of the notebook's budget, with a note saying how much is not shown."""
+        kept = min(len(text), max(self.left, 0))
+        self.left -= kept
+        if kept == len(text):
+            return text
+        return text[:kept] + f"\n... {len(text) - kept:,} more characters, not shown here (the graded notebook has them)"
+
+    def as_text(self, text):
+        """True where `text` is shown as text: too many tags, or more than the budget has left."""
+        return len(text) > getattr(self, "left", MAX_SHOWN) or len(OPENING.findall(text)) > MAX_TAGS
+
+    def sanitize_html_tags(self, html_str):
+        return clean_html(html_str)
+
+    def sanitize_code_outputs(self, outputs):
+        for output in outputs:
+            if output.get("output_type") == "stream":
+                output.text = self.shown(output.text)
+                continue
+            data = output.get("data", {})
+            for key in ("text/html", "text/markdown"):
+                if key in data and self.as_text(str(data[key])):
+                    data["text/plain"] = self.shown(str(data.pop(key)))
+            for key in ("text/plain", "text/latex", "text/html", "text/markdown"):
+                if key in data:
+                    data[key] = self.shown(str(data[key]))
+        return super().sanitize_code_outputs(outputs)
 
     def preprocess_cell(self, cell, resources, cell_index):
         if cell.cell_type != "markdown":
             return super().preprocess_cell(cell, resources, cell_index)
-        html = self.sanitize_html_tags(markdown2html_mistune(cell.source))
+        if self.as_text(cell.source):
+            html_text = "<pre>" + html.escape(self.shown(cell.source)) + "</pre>"
+        else:
+            html_text = clean_html(markdown2html_mistune(self.shown(cell.source)))
         # The templates render the source as markdown again: one HTML block without blank lines stays as it is.
-        cell.source = "<div>" + re.sub(r"\n\s*\n", "\n", html) + "</div>"
+        cell.source = "<div>" + re.sub(r"\n\s*\n", "\n", html_text) + "</div>"
         return cell, resources
 
 

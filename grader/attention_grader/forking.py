@@ -48,7 +48,12 @@ NOTEBOOK_DISPLAY_LIMIT = 32_000_000  # ... and per notebook
 EVENTS = []  # one record per executed notebook, read by the class grader
 MAX_PROCESSES = 32  # processes one notebook may run at once, its own included
 MAX_TASKS = 256  # threads and processes one notebook may run at once
+MAX_FILES = 512  # descriptors each process of a notebook may hold (pipes' buffers are memory no process shows)
+CPU_SHARE = 1.0  # cores a notebook's processes may use together, on average: however many sessions or processes
+CPU_BURST = 0.2  # seconds of CPU time a notebook may use ahead of its share before it is paused
+NOTEBOOK_TIME = 5  # a notebook's cells together may run this many cell timeouts: more long cells buy no more time
 WATCH_INTERVAL = 0.05  # seconds between two looks at a notebook's processes
+CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 SELF_CHECK = ("import IPython.core.logger, IPython.lib.pretty, email.mime.text, matplotlib.pyplot, torch\n"
               "import attention_course.checks, attention_course.probe\nprint('ok')\n")  # modules imported late too
 
@@ -241,7 +246,10 @@ class Zygote:
         """Hold the notebook's whole tree of processes to the limits; stop all of it and say why when it is over."""
         processes = self.notebook_processes()
         files, uncountable = self.files_in_memory(processes)
-        if len(processes) > MAX_PROCESSES:
+        if time.monotonic() > self.deadline:
+            self.stopped = (f"the notebook ran past its total time ({self.total_time} s: its cells together may run "
+                            f"{NOTEBOOK_TIME} times the cell timeout), so all its processes were stopped")
+        elif len(processes) > MAX_PROCESSES:
             self.stopped = f"the notebook started more than {MAX_PROCESSES} processes, so all of them were stopped"
         elif uncountable:
             self.stopped = f"the notebook {uncountable}, so all its processes were stopped"
@@ -250,9 +258,27 @@ class Zygote:
                             f"({memory_limit / (1 << 30):.1f} GiB), files in memory included, so all of them were "
                             "stopped (MemoryError)")
         else:
-            return
+            return self.hold_to_cpu_share(processes)
         for pid in processes:
             _signal(pid, signal.SIGKILL)
+
+    def hold_to_cpu_share(self, processes):
+        """Pause the notebook's processes while they have used more than CPU_SHARE cores since it started (a burst of
+        CPU_BURST seconds allowed): classmates graded beside it keep their share of the machine, whatever the number
+        of processes or sessions (each its own scheduler group) the notebook makes."""
+        now = time.monotonic()
+        # A process's time includes its children that ended and were waited for, so that the sum over the tree
+        # grows by what the tree used, whichever of its processes ended since the last look.
+        used = sum(map(_cpu_seconds, processes))
+        spent, self.cpu_seen = used - self.cpu_seen, used
+        self.cpu_ahead = max(self.cpu_ahead + spent - CPU_SHARE * (now - self.cpu_checked), -CPU_BURST)
+        self.cpu_checked = now
+        if self.cpu_ahead > 0:
+            for pid in processes:
+                _signal(pid, signal.SIGSTOP)
+            time.sleep(min(self.cpu_ahead / CPU_SHARE, 1.0))
+            for pid in processes:
+                _signal(pid, signal.SIGCONT)
 
     def files_in_memory(self, processes):
         """Bytes of the memory-backed files (tmpfs) the notebook holds: its /tmp and /dev/shm, any file system it
@@ -288,6 +314,10 @@ class Zygote:
         """Run the sources in a fresh child, the cells at the indices `tests` each in a throwaway fork; yield its
         messages ({"cell": i, ...}, then {"end": ...})."""
         self.stopped = None
+        # never less than one cell's timeout and the relay's 10 s to see that it could not be interrupted
+        self.total_time = max(NOTEBOOK_TIME * cell_timeout, cell_timeout + 20)
+        self.deadline = time.monotonic() + self.total_time
+        self.cpu_seen, self.cpu_ahead, self.cpu_checked = 0.0, -CPU_BURST, time.monotonic()
         self._send({"cell_timeout": cell_timeout, "memory_limit": memory_limit})
         # the sources go to the notebook's relay, forked before they are sent, never to the zygote
         started = self._read(timeout=60)
@@ -350,6 +380,16 @@ def _descendants(root):
             found.append(child)
             todo.append(child)
     return found
+
+
+def _cpu_seconds(pid):
+    """CPU time a process and its children that ended have used, in seconds."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return sum(int(field) for field in fields[11:15]) / CLOCK_TICK  # utime, stime, cutime, cstime
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def _memory(pid):
@@ -467,7 +507,8 @@ class ForkingExecute(NbGraderPreprocessor):
             cell.execution_count = message["cell"] + 1
         flags = set()
         if end["end"] != "ok":
-            flags.add("out of memory" if end["end"] == "stopped" and "memory" in end["detail"] else "crashed")
+            detail = end.get("detail", "") if end["end"] == "stopped" else ""
+            flags.add("out of memory" if "memory" in detail else "timed out" if "total time" in detail else "crashed")
             reason = end.get("detail", "the notebook's process ended")
             stopped = False
             for cell in code_cells:
@@ -576,14 +617,18 @@ def _drop_capabilities():
 
 # Memory a process can hold without mapping it, out of the watcher's sight: anonymous files (memfd_create,
 # memfd_secret) and System V shared memory (shmget). x86_64 and aarch64 numbers.
-UNMAPPED_MEMORY_CALLS = {"x86_64": (0xC000003E, [319, 447, 29]), "aarch64": (0xC00000B7, [279, 447, 194])}
+# Refused to a notebook: memory no process's size shows (memfd_create, memfd_secret, shmget, msgget, io_uring_setup,
+# and socket and socketpair, whose buffers a notebook without a network needs for nothing), and setsid (a session is
+# a scheduler group of its own: two dozen of them took the machine from the notebooks graded beside it).
+REFUSED_CALLS = {"x86_64": (0xC000003E, [319, 447, 29, 68, 425, 41, 53, 112]),
+                 "aarch64": (0xC00000B7, [279, 447, 194, 186, 425, 198, 199, 157])}
 
 
-def _refuse_unmapped_memory():
+def _refuse_calls():
     """A seccomp filter on this process and its children: those calls fail with EPERM."""
     import ctypes
     import platform
-    arch, numbers = UNMAPPED_MEMORY_CALLS[platform.machine()]
+    arch, numbers = REFUSED_CALLS[platform.machine()]
     load, jump_equal, jump_above_equal, ret = 0x20, 0x15, 0x35, 0x06
     refuse, allow = 0x00050000 | 1, 0x7FFF0000  # SECCOMP_RET_ERRNO | EPERM, SECCOMP_RET_ALLOW
     checks = [(jump_above_equal, 0x40000000)] if arch == 0xC000003E else []  # the x32 ABI: refused whole
@@ -1003,7 +1048,7 @@ def _notebook(request, from_relay, to_relay, sandboxed, kit):
     resource, plt, shell, DisplayHook, DisplayPublisher = kit
     if sandboxed:
         _drop_capabilities()
-        _refuse_unmapped_memory()
+        _refuse_calls()
     # The inherited descriptors 0-2 are the zygote's pipes to the grader: the notebook talks only to its relay.
     null = os.open(os.devnull, os.O_RDWR)
     for descriptor in (0, 1, 2):
@@ -1011,6 +1056,8 @@ def _notebook(request, from_relay, to_relay, sandboxed, kit):
     os.close(null)
     limit = _virtual_memory() + request["memory_limit"]
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    files = min(MAX_FILES, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+    resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
     run_cell = _cell_runner(request["cell_timeout"], plt, shell, DisplayHook, DisplayPublisher)
     fork, waitpid, sigmask = posix.fork, posix.waitpid, signal.pthread_sigmask  # as they are now, whatever a cell does
 

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -263,20 +264,33 @@ class Worker:
         command = [sys.executable, "-m", "attention_grader.grading", "--worker", str(root)]
         command += (["--timeout", str(timeout)] if timeout else []) + ([] if feedback else ["--no-feedback"])
         command += [] if sandbox else ["--unsandboxed"]
-        # What libraries say on stderr (nbgrader's log, SQLAlchemy's warnings) goes to the grading log.
+        # What libraries say on stderr (nbgrader's log, SQLAlchemy's warnings) goes to the grading log. A session of
+        # its own: a worker that does not end is ended with everything it started.
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                        text=True, bufsize=1, preexec_fn=preexec_fn)
+                                        text=True, bufsize=1, preexec_fn=preexec_fn, start_new_session=True)
         self.ready = json.loads(self.process.stdout.readline() or '{"ready": false}')
-        self.task = None
+        self.task, self.deadline = None, None
 
-    def send(self, task):
-        self.task = task
+    def send(self, task, seconds):
+        """Give the worker a batch; it must answer within `seconds`."""
+        self.task, self.deadline = task, time.monotonic() + seconds
         self.process.stdin.write(json.dumps(task) + "\n")
 
-    def close(self):
+    def close(self, wait=30):
+        """Let the worker end; after `wait` seconds, end it and what it started."""
         if self.process.poll() is None:
-            self.process.stdin.close()
-            self.process.wait(timeout=30)
+            try:
+                self.process.stdin.close()
+                self.process.wait(timeout=wait)
+            except (OSError, subprocess.TimeoutExpired):
+                self.kill()
+
+    def kill(self):
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            self.process.kill()
+        self.process.wait()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -370,30 +384,45 @@ def _grade_class(root, assignments, students, workers, csv_path, timeout, feedba
                    if any(not w.ready.get("sandboxed") for w in pool) else "")
     if unsandboxed:
         print(unsandboxed, file=out)
+    # A batch may take as long as its notebooks' total times (forking.NOTEBOOK_TIME cell timeouts each) and a minute
+    # per notebook for nbgrader's own work; a worker past that is ended, and its batch graded again one notebook at a
+    # time, so that one notebook that holds a worker costs its classmates no more than its own time.
+    from attention_grader.forking import NOTEBOOK_TIME
+    cell_timeout = timeout or course_config(root).ForkingExecute.get("timeout", 60)
+    per_notebook = max(NOTEBOOK_TIME * cell_timeout, cell_timeout + 20) + 60
     busy = {}
     for w in pool:
         if queue:
-            w.send(queue.pop(0))
+            task = queue.pop(0)
+            w.send(task, per_notebook * len(task["students"]))
             busy[w.process.stdout.fileno()] = w
     while busy:
-        ready, _, _ = select.select(list(busy), [], [])
-        for fd in ready:
+        soonest = min(w.deadline for w in busy.values())
+        ready, _, _ = select.select(list(busy), [], [], max(0.0, soonest - time.monotonic()))
+        late = [fd for fd, w in busy.items() if fd not in ready and time.monotonic() > w.deadline]
+        for fd in ready + late:
             w = busy.pop(fd)
-            line = w.process.stdout.readline()
+            line = w.process.stdout.readline() if fd in ready else ""
             if line:
                 done = json.loads(line)["results"]
-            else:  # the worker itself died: record its batch, start another worker
-                done = [{"student": student, "assignment": w.task["assignment"], "success": False,
-                         "error": "the grading worker died", "flags": ["crashed"], "feedback": False}
-                        for student in w.task["students"]]
-                w.close()
+            else:  # the worker died or stopped answering: end it, start another
+                why = "the grading worker died" if fd in ready else "the grading worker stopped answering"
+                w.kill()
+                students = w.task["students"]
+                if len(students) > 1:  # again one at a time: only the notebook at fault is listed
+                    queue[:0] = [{"assignment": w.task["assignment"], "students": [s]} for s in students]
+                    done = []
+                else:
+                    done = [{"student": students[0], "assignment": w.task["assignment"], "success": False,
+                             "error": why, "flags": ["crashed"], "feedback": False}]
                 w = Worker(root, timeout, feedback, sandbox, log)
             for result in done:
                 result["problems"] = staged_problems[(result["student"], result["assignment"])]
             results += done
             progress.step(len(done))
             if queue:
-                w.send(queue.pop(0))
+                task = queue.pop(0)
+                w.send(task, per_notebook * len(task["students"]))
                 busy[w.process.stdout.fileno()] = w
             else:
                 w.close()
