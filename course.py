@@ -181,7 +181,7 @@ def main(argv):
         options = argv[1:] or ["-n", "2", "--dist", "loadscope", "--durations=10"]
         return subprocess.call([sys.executable, "-m", "pytest", *options])
     if command == "grade":
-        from attention_grader.grading import main as grade
+        from attention_grader.command import main as grade
         return grade(argv[1:])
     if command == "check":
         from attention_grader.selfcheck import main as check

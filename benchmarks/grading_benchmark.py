@@ -1,7 +1,7 @@
 """Grade one synthetic class two ways and compare: plain nbgrader against the course's class grader.
 
 Plain nbgrader is `nbgrader autograde STEP` (then `nbgrader generate_feedback STEP`) with COURSE_EXECUTOR=kernel:
-one Jupyter kernel per notebook, one notebook at a time. The class grader is `python -m attention_grader.grading`
+one Jupyter kernel per notebook, one notebook at a time. The class grader is `python -m attention_grader`
 (`course.py grade`): warm forked sandboxed executors, parallel workers, feedback included. Both run in identical
 copies of a generated course, on the same submissions drawn from the submission bank (tests/bank/).
 
@@ -227,7 +227,7 @@ def main():
         return
     print("  plain nbgrader: COURSE_EXECUTOR=kernel, one `nbgrader autograde` per step, then "
           "`nbgrader generate_feedback` per step; serial (1 core)")
-    print(f"  fast grader: python -m attention_grader.grading, all steps at once, {args.workers} workers; "
+    print(f"  fast grader: python -m attention_grader, all steps at once, {args.workers} workers; "
           f"its time includes feedback")
     # Other work on the machine slows both paths; the load average shows whether it was quiet.
     print(f"  load average at start: {os.getloadavg()[0]:.1f}")

@@ -126,7 +126,7 @@ def submit_into(path, nb):
 
 def grade_class(course_dir, *args, workers=1, timeout=10):
     """The instructor's class grading command (course.py grade) run in a course copy; returns its output."""
-    command = [sys.executable, "-m", "attention_grader.grading", *args, "--workers", str(workers),
+    command = [sys.executable, "-m", "attention_grader", *args, "--workers", str(workers),
                "--timeout", str(timeout), "--root", str(course_dir)] + ([] if SANDBOX else ["--unsandboxed"])
     run = subprocess.run(command, cwd=course_dir, capture_output=True, text=True)
     if run.returncode not in (0, 1):

@@ -123,7 +123,7 @@ def test_a_dask_cluster_grades_like_one_machine_when_a_worker_is_killed(tmp_path
             Client(scheduler_file=str(scheduler_file)) as watcher:
         watcher.wait_for_workers(3, timeout=120)
         address = {info["name"]: a for a, info in watcher.scheduler_info()["workers"].items()}
-        command = [sys.executable, "-m", "attention_grader.grading", "--scheduler", str(scheduler_file),
+        command = [sys.executable, "-m", "attention_grader", "--scheduler", str(scheduler_file),
                    "--timeout", "10", "--root", str(shared)] + ([] if harness.SANDBOX else ["--unsandboxed"])
         grading = subprocess.Popen(command, cwd=shared, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         victim = None

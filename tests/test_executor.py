@@ -107,7 +107,7 @@ def test_class_grading_without_a_sandbox_stops_unless_asked(tmp_path):
     course_dir = harness.make_course(tmp_path / "course", steps=[step])
     harness.submit(course_dir, "ada", step, harness.variant_notebook(step, {}))
     no_bwrap = {**os.environ, "PATH": str(Path(sys.executable).parent)}
-    command = [sys.executable, "-m", "attention_grader.grading", step, "--workers", "1", "--root", str(course_dir)]
+    command = [sys.executable, "-m", "attention_grader", step, "--workers", "1", "--root", str(course_dir)]
     refused = subprocess.run(command, env=no_bwrap, capture_output=True, text=True)
     assert refused.returncode == 2 and "Nothing graded" in refused.stdout and "--unsandboxed" in refused.stdout
     asked = subprocess.run(command + ["--unsandboxed"], env=no_bwrap, capture_output=True, text=True)

@@ -52,7 +52,7 @@ UNREADABLE = "nora"  # hands in a file that is not JSON
 
 def run_grade(course_dir, *args):
     """`course.py grade` as an instructor runs it (the module, in this environment): its exit code, stdout, stderr."""
-    command = [sys.executable, "-m", "attention_grader.grading", *args, "--root", str(course_dir)]
+    command = [sys.executable, "-m", "attention_grader", *args, "--root", str(course_dir)]
     command += [] if harness.SANDBOX else ["--unsandboxed"]
     run = subprocess.run(command, cwd=course_dir, capture_output=True, text=True)
     return run.returncode, run.stdout, run.stderr
@@ -185,7 +185,8 @@ def test_an_empty_class_is_an_error_not_an_empty_summary(tmp_path):
 
 
 def test_ids_given_on_the_command_line_are_checked_too():
-    from attention_grader.grading import is_safe_id, main
+    from attention_grader.command import main
+    from attention_grader.grading import is_safe_id
     for name in ["a/b", "..", "../x", "ada,bob", "=1+1", "-rf", "line\nbreak", ""]:
         assert not is_safe_id(name), name
     assert all(is_safe_id(name) for name in ["ada", "ada.lovelace", "a_b-c", "ada@example.org", "01_dot_product_scores"])

@@ -75,7 +75,7 @@ def test_two_shards_on_one_postgresql_gradebook_grade_like_one_machine(tmp_path,
     harness.grade_class(alone, workers=2)
 
     shared = course_with_class(base, tmp_path / "shards", db_url=postgres)
-    command = [sys.executable, "-m", "attention_grader.grading", "--workers", "2", "--timeout", "10",
+    command = [sys.executable, "-m", "attention_grader", "--workers", "2", "--timeout", "10",
                "--root", str(shared)] + ([] if harness.SANDBOX else ["--unsandboxed"])
     shards = [subprocess.Popen(command + ["--shard", f"{k}/2"], cwd=shared, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True) for k in (1, 2)]

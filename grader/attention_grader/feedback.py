@@ -13,7 +13,6 @@ import nh3
 from nbconvert.filters.markdown_mistune import markdown2html_mistune
 from nbconvert.preprocessors.sanitize import ALLOWED_TAGS, SanitizeHTML
 from nbgrader.preprocessors import ClearHiddenTests, GetGrades
-from traitlets import List, Unicode
 
 
 class HideHiddenTests(ClearHiddenTests):
