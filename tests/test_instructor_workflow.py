@@ -116,8 +116,13 @@ def test_ids_that_would_be_misread_are_refused_counted_and_in_grades_csv(fresh_c
     assert harness.cell_scores(course_dir, STEP, "ada") == full and harness.cell_scores(course_dir, STEP, "bob") == full
     with open(course_dir / "grades.csv", newline="") as f:
         rows = [row for row in csv.DictReader(f) if row["assignment"] == STEP]
-    assert sorted(row["student_id"] for row in rows if not row["note"]) == ["ada", "bob", "mallory", UNREADABLE]
-    refused = {row["student_id"]: row for row in rows if row["note"]}
+    graded = {row["student_id"]: row["note"] for row in rows if not row["note"].startswith("refused")}
+    assert sorted(graded) == ["ada", "bob", "mallory", UNREADABLE]
+    # an LMS import shows why a score is low or not final: the written answer waits for a person, the notebook that
+    # could not be read says so
+    assert graded["ada"] == "1 point still to be graded by hand", graded
+    assert graded[UNREADABLE].startswith("not graded: ") and "could not be read as a notebook" in graded[UNREADABLE]
+    refused = {row["student_id"]: row for row in rows if row["note"].startswith("refused")}
     shown = {"=HYPERLINK(1)": "'=HYPERLINK(1)", "-rf": "'-rf"}  # neutralised for spreadsheets
     assert sorted(refused) == sorted(shown.get(s, s) for s in HOSTILE_IDS), rows
     assert refused["eve smith"]["note"] == f"refused, not graded: {rule}: rename the folder and grade again"

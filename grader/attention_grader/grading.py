@@ -90,9 +90,12 @@ def export(root, csv_path):
     path = Path(root) / csv_path
     with Gradebook(config.CourseDirectory.db_url, config.CourseDirectory.course_id) as gradebook:
         CsvExportPlugin(config=config, to=str(path)).export(gradebook)
+        notes = notes_of(root, gradebook)
     with open(path, newline="") as file:
         rows = list(csv.reader(file))
-    rows = [rows[0] + ["note"]] + [row + [""] for row in rows[1:]]
+    header = rows[0]
+    rows = [header + ["note"]] + [row + [notes.get((row[header.index("assignment")], row[header.index("student_id")]),
+                                                   "")] for row in rows[1:]]
     for _, student, assignment, why in find_submissions(root)[1]:
         row = dict.fromkeys(rows[0], "")
         row.update(assignment=assignment or "", student_id=student, note=f"refused, not graded: {why}")
@@ -100,6 +103,30 @@ def export(root, csv_path):
     with open(path, "w", newline="") as file:
         csv.writer(file).writerows(rows)
     neutralise_csv(path)
+
+
+def notes_of(root, gradebook):
+    """{(assignment, student): note} for grades.csv: a notebook that could not be read, and points that a person has
+    still to grade, so that a spreadsheet or an LMS import shows why a score is low or not final."""
+    import nbformat
+    notes = {}
+    for assignment in gradebook.assignments:
+        for submission in assignment.submissions:
+            said = []
+            for path in sorted((Path(root) / STAGING / "submitted" / submission.student.id / assignment.name).glob(
+                    "*.ipynb")):
+                try:
+                    said += [nbformat.read(path, as_version=4).metadata.get(UNREADABLE)]
+                except Exception:  # a staged notebook is always readable; a missing one says nothing
+                    continue
+            said = [f"not graded: {reason}" for reason in said if reason]
+            pending = sum(grade.max_score for notebook in submission.notebooks for grade in notebook.grades
+                          if grade.auto_score is None and grade.manual_score is None)
+            if pending:
+                said.append(f"{pending:g} point{'s' if pending != 1 else ''} still to be graded by hand")
+            if said:
+                notes[(assignment.name, submission.student.id)] = "; ".join(said)
+    return notes
 
 
 def neutralise_csv(path):
