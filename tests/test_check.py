@@ -110,3 +110,12 @@ def test_check_grades_a_learners_work_and_shows_progress(tmp_path):
     assert [name for name in INSTRUCTOR_STATE if (course / name).exists()] == []
     assert digest(ROOT / "gradebook.db") == instructor_gradebook
     assert (course / ".check" / ".grading_secret").exists()
+
+
+def test_a_step_is_found_by_folder_number_or_word():
+    from attention_grader.selfcheck import step_named
+    known = sorted(path.name for path in (ROOT / "source").iterdir() if path.is_dir())
+    for name in ("02_softmax", "02", "2", "softmax"):
+        assert step_named(name, known) == "02_softmax", name
+    assert step_named("attention", known) is None  # a word of several steps' names
+    assert step_named("99", known) is None

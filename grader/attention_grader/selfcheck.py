@@ -7,6 +7,7 @@ its own gradebook, and a secret of the learner's own (created on first use; it s
 instructor's grading in the course root (gradebook.db, submitted/, autograded/, feedback/, .grading_secret) is touched.
 """
 import argparse
+import difflib
 import io
 import json
 import os
@@ -186,6 +187,14 @@ def check(root, steps, sandbox=True):
     return 0 if all(r["success"] for r in outcome) else 1
 
 
+def step_named(name, known):
+    """The step a learner means by `name`: its folder (01_dot_product_scores), its number (01 or 1) or a word of its
+    name (softmax); None when none or several match."""
+    number = f"{int(name):02d}" if name.isdigit() else None
+    matches = [step for step in known if name == step or step[:2] == number or name.lower() in step[3:].split("_")]
+    return matches[0] if len(matches) == 1 else None
+
+
 def main(argv, root):
     parser = argparse.ArgumentParser(prog="course.py check", description="Grade your own work/ with the hidden "
                                      "checks, as the instructor's grading would; write feedback and work/PROGRESS.md.")
@@ -195,11 +204,13 @@ def main(argv, root):
                         help="run your code without the bubblewrap sandbox (where bubblewrap is missing)")
     args = parser.parse_args(argv)
     known = grading.known_steps(root)
-    steps = [next((s for s in known if s == name or s[:2] == name), name) for name in args.steps]
+    steps = [step_named(name, known) or name for name in args.steps]
     unknown = [name for name in steps if name not in known]
     if unknown:
-        parser.exit(2, f"{parser.prog}: error: unknown step {', '.join(map(repr, unknown))}; the steps are: "
-                       f"{', '.join(known)}\n")
+        close = [match for name in unknown for match in difflib.get_close_matches(name, known, n=1, cutoff=0.5)]
+        parser.exit(2, f"{parser.prog}: error: unknown step {', '.join(map(repr, unknown))}"
+                       + (f" (did you mean {', '.join(close)}?)" if close else "")
+                       + f"; the steps are: {', '.join(known)}\n")
     missing = [step for step in steps if not work_notebook(root, step).exists()]
     if missing:
         parser.exit(2, f"{parser.prog}: error: no work/{missing[0]}/{missing[0]}.ipynb: `python3 course.py start` "
@@ -213,5 +224,7 @@ def main(argv, root):
     unreadable = [step for step in steps if cell_sources(work_notebook(root, step)) is None]
     if unreadable:
         parser.exit(2, f"{parser.prog}: error: work/{unreadable[0]}/{unreadable[0]}.ipynb is not a readable notebook "
-                       "(not valid JSON): restore it from its .ipynb_checkpoints/ copy or from release/\n")
+                       f"(not valid JSON): restore it from work/{unreadable[0]}/.ipynb_checkpoints/ (JupyterLab's "
+                       "last save), or move it aside and run `python3 course.py start`, which makes a fresh copy, then copy your "
+                       "answers over from the old file\n")
     return check(root, steps, args.sandbox)
