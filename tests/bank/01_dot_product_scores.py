@@ -79,6 +79,19 @@ VARIANTS = {
                   "    return inputs @ query.transpose(-2, -1)\n"},
         "fails": {"test_attention_scores_for_query": "every sentence against every query"},
     },
+    # torch.inner: one library call that is right for one query and one sentence only
+    "inner_product_shortcut": {
+        "kind": "mistake",
+        "cells": {"attention_scores_for_query":
+                  "def attention_scores_for_query(inputs, query):\n    return torch.inner(inputs, query)\n",
+                  "cross_attention_scores":
+                  "def cross_attention_scores(queries, keys):\n"
+                  "    if keys.shape[-1] != queries.shape[-1]:\n"
+                  "        raise ValueError('keys do not match the queries')\n"
+                  "    return torch.inner(queries, keys)\n"},
+        "fails": {"test_attention_scores_for_query": "every query", "test_cross_attention_scores": "cross_attention",
+                  "test_cross_attention_scores_broadcast": "cross_attention"},
+    },
     # ---------------------------------------------------------------- mistakes: Parts 2 and 3
     "transpose_first": {
         "kind": "mistake",
@@ -131,20 +144,40 @@ VARIANTS = {
         "fails": {"test_cross_attention_scores_broadcast": "ValueError"},
     },
     # ---------------------------------------------------------------- Part 6
+    # A length clamped to a minimum (cosine_similarity's eps, F.normalize's eps) breaks the promise for short vectors.
     "direction_by_cosine_similarity": {
-        "kind": "correct",
+        "kind": "mistake",
         "cells": {"direction_scores":
                   "import torch.nn.functional as F\n\n\n"
                   "def direction_scores(queries, keys):\n"
                   "    return F.cosine_similarity(queries.unsqueeze(-2), keys.unsqueeze(-3), dim=-1)\n"},
+        "fails": {"test_direction_scores": "clamped to a small minimum"},
     },
     "direction_normalize_then_einsum": {
-        "kind": "correct",
+        "kind": "mistake",
         "cells": {"direction_scores":
                   "def direction_scores(queries, keys):\n"
                   "    q = torch.nn.functional.normalize(queries, dim=-1)\n"
                   "    k = torch.nn.functional.normalize(keys, dim=-1)\n"
                   "    return torch.einsum('...qd,...kd->...qk', q, k)\n"},
+        "fails": {"test_direction_scores": "clamped to a small minimum"},
+    },
+    "direction_where_then_einsum": {
+        "kind": "correct",
+        "cells": {"direction_scores":
+                  "def direction_scores(queries, keys):\n"
+                  "    def unit(x):\n"
+                  "        n = torch.linalg.vector_norm(x, dim=-1, keepdim=True)\n"
+                  "        return torch.where(n > 0, x / n, torch.zeros_like(x))\n"
+                  "    return torch.einsum('...qd,...kd->...qk', unit(queries), unit(keys))\n"},
+    },
+    # The lesson's dot products, unchanged: length still counts.
+    "direction_plain_dot_products": {
+        "kind": "mistake",
+        "cells": {"direction_scores":
+                  "def direction_scores(queries, keys):\n"
+                  "    return queries @ keys.transpose(-2, -1)\n"},
+        "fails": {"test_direction_scores": "direction_scores"},
     },
     "direction_divide_the_dot_products": {
         "kind": "correct",
@@ -188,4 +221,21 @@ VARIANTS = {
                   "    return q @ keys.transpose(-2, -1) / (keys * keys).sum(-1).unsqueeze(-2).clamp_min(1e-12)\n"},
         "fails": {"test_direction_scores": "square root"},
     },
+}
+
+# Rule 3: each transfer part (tests/test_leaks.py) has the lesson's code adapted, the library shortcut, and two correct
+# solutions in other styles.
+PROOF = {
+    "test_attention_scores_for_query": {"lesson": ["lesson_line_on_batches"], "shortcut": ["inner_product_shortcut"],
+                                        "correct": ["einsum", "broadcast_products_and_matmul",
+                                                    "sum_over_broadcast_products"]},
+    "test_cross_attention_scores": {"lesson": ["cross_dot_T"], "shortcut": ["inner_product_shortcut"],
+                                    "correct": ["einsum", "broadcast_products_and_matmul",
+                                                "sum_over_broadcast_products"]},
+    "test_cross_attention_scores_broadcast": {"lesson": ["cross_dot_T"], "shortcut": ["inner_product_shortcut"],
+                                              "correct": ["einsum", "broadcast_products_and_matmul",
+                                                          "sum_over_broadcast_products"]},
+    "test_direction_scores": {"lesson": ["direction_plain_dot_products"],
+                              "shortcut": ["direction_by_cosine_similarity", "direction_normalize_then_einsum"],
+                              "correct": ["direction_divide_the_dot_products", "direction_where_then_einsum"]},
 }

@@ -6,7 +6,7 @@ CHEATS_RIDE_ON = "both_softmaxes_wrong"
 
 VARIANTS = {
     # ---------------------------------------------------------------- correct
-    # The exercise says "write softmax yourself": judged from the source, outside the kernel.
+    # The exercise says "write softmax yourself": judged from the aten operations the call ran in the kernel.
     "uses_torch_softmax": {
         "kind": "mistake",
         "fails": {"test_softmax_naive": "write softmax yourself", "test_softmax_stable": "write softmax yourself"},
@@ -21,6 +21,24 @@ VARIANTS = {
             "context_vectors":
                 "def context_vectors(inputs):\n"
                 "    return F.softmax(inputs @ inputs.mT, dim=-1) @ inputs\n",
+        },
+    },
+    # Plain arithmetic under other names, typing annotations: the rule is about what runs, not about names.
+    "arithmetic_by_other_names": {
+        "kind": "correct",
+        "cells": {
+            "softmax_naive":
+                "from typing import Optional\n\n\n"
+                "def softmax_naive(x: torch.Tensor, dim: Optional[int] = -1) -> torch.Tensor:\n"
+                "    moved = torch.moveaxis(torch.exp(x), dim, -1)\n"
+                "    return torch.moveaxis(torch.divide(moved, torch.nansum(moved, dim=-1, keepdim=True)), -1, dim)\n",
+            "softmax_stable":
+                "def softmax_stable(x: torch.Tensor, dim: int = -1) -> torch.Tensor:\n"
+                "    last = x.swapdims(dim, -1)\n"
+                "    shifted = torch.subtract(last, last.max(dim=-1, keepdim=True).values.repeat(*[1] * (x.dim() - 1), "
+                "last.shape[-1]))\n"
+                "    exps = shifted.exp()\n"
+                "    return torch.div(exps, exps.sum(-1, keepdim=True)).swapdims(dim, -1)\n",
         },
     },
     # Prints what it is given on inputs only the hidden checks use: none of it may reach the feedback.
@@ -252,7 +270,7 @@ VARIANTS.update({
                   "        raise ValueError(f'mask {tuple(mask.shape)} does not fit x {tuple(x.shape)}') from None\n"
                   "    hidden = mask | torch.isneginf(x)\n"
                   "    filled = torch.where(hidden, torch.full_like(x, -1e9), x)\n"
-                  "    weights = softmax_stable(filled, dim=dim).masked_fill(hidden, 0.0)\n"
+                  "    weights = torch.softmax(filled, dim=dim).masked_fill(hidden, 0.0)\n"
                   "    sums = weights.sum(dim=dim, keepdim=True)\n"
                   "    return torch.where(sums > 0, weights / sums, torch.zeros_like(weights))\n"},
     },
@@ -261,11 +279,35 @@ VARIANTS.update({
         "cells": {"softmax_masked":
                   "def softmax_masked(x, mask, dim=-1):\n" + _MASK_CHECKS +
                   "    keep = ~(mask | (x == float('-inf')))\n"
+                  "    if x.shape[dim] == 0:\n"
+                  "        return x.clone()\n"
                   "    top = torch.where(keep, x, torch.tensor(float('-inf'))).max(dim=dim, keepdim=True).values\n"
                   "    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))\n"
-                  "    exps = torch.where(keep, torch.exp(x - top), torch.zeros_like(x))\n"
+                  "    exps = torch.exp(torch.where(keep, x - top, torch.tensor(float('-inf'))))\n"
                   "    total = exps.sum(dim=dim, keepdim=True)\n"
                   "    return exps / torch.where(total == 0, torch.ones_like(total), total)\n"},
+    },
+    # The answer key before issue 46: right weights, but exp of the hidden 1000 is inf, and the backward meets 0 * inf.
+    "masked_exp_then_where": {
+        "kind": "mistake",
+        "cells": {"softmax_masked":
+                  "def softmax_masked(x, mask, dim=-1):\n" + _MASK_CHECKS +
+                  "    if x.shape[dim] == 0:\n"
+                  "        return x.clone()\n"
+                  "    hidden = mask | (x == float('-inf'))\n"
+                  "    largest = x.masked_fill(hidden, float('-inf')).amax(dim=dim, keepdim=True)\n"
+                  "    exps = torch.exp(x - largest).masked_fill(hidden, 0.0)\n"
+                  "    return exps / exps.sum(dim=dim, keepdim=True).clamp(min=1.0)\n"},
+        "fails": {"test_softmax_masked": "exponentiated before it is hidden"},
+    },
+    # The lesson's softmax on the masked scores, adapted mechanically.
+    "masked_lesson_softmax": {
+        "kind": "mistake",
+        "cells": {"softmax_masked":
+                  "def softmax_masked(x, mask, dim=-1):\n" + _MASK_CHECKS +
+                  "    x = x.masked_fill(mask, float('-inf'))\n"
+                  "    return torch.exp(x) / torch.exp(x).sum(dim=dim, keepdim=True)\n"},
+        "fails": {"test_softmax_masked": "overflow", "test_softmax_masked_blocked": "nan"},
     },
     "masked_nan_on_blocked_rows": {
         "kind": "mistake",
@@ -347,13 +389,13 @@ VARIANTS.update({
         "kind": "mistake",
         "cells": {"softmax_naive": "def softmax_naive(x, dim=-1):\n"
                                    "    return torch.nn.functional.softmin(-x, dim=dim)\n"},
-        "fails": {"test_softmax_naive": "softmin"},
+        "fails": {"test_softmax_naive": "a library's softmax"},
     },
     "route_getattr": {
         "kind": "mistake",
         "cells": {"softmax_stable": "def softmax_stable(x, dim=-1):\n"
                                     "    return getattr(torch, 'soft' + 'max')(x, dim=dim)\n"},
-        "fails": {"test_softmax_stable": "getattr"},
+        "fails": {"test_softmax_stable": "a library's softmax"},
     },
     # vars, eval (and globals, exec, setattr...) can rebind any name at run time: used in one cell, they leave the
     # grader unable to read how either softmax is written, so both routes are taken in both cells
@@ -363,32 +405,32 @@ VARIANTS.update({
                                    "    return vars(torch)['soft' + 'max'](x, dim)\n",
                   "softmax_stable": "def softmax_stable(x, dim=-1):\n"
                                     "    return vars(torch)['soft' + 'max'](x, dim)\n"},
-        "fails": {"test_softmax_naive": "vars", "test_softmax_stable": "vars"},
+        "fails": {"test_softmax_naive": "a library's softmax", "test_softmax_stable": "a library's softmax"},
     },
     "route_private_softmax": {
         "kind": "mistake",
         "cells": {"softmax_stable": "def softmax_stable(x, dim=-1):\n"
                                     "    return torch._softmax(x, dim, False)\n"},
-        "fails": {"test_softmax_stable": "torch._softmax"},
+        "fails": {"test_softmax_stable": "a library's softmax"},
     },
     "route_torch_ops": {
         "kind": "mistake",
         "cells": {"softmax_naive": "def softmax_naive(x, dim=-1):\n"
                                    "    return torch.ops.aten._softmax(x, dim, False)\n"},
-        "fails": {"test_softmax_naive": "torch.ops"},
+        "fails": {"test_softmax_naive": "a library's softmax"},
     },
     "route_log_softmax_module": {
         "kind": "mistake",
         "cells": {"softmax_stable": "def softmax_stable(x, dim=-1):\n"
                                     "    return torch.nn.LogSoftmax(dim=dim)(x).exp()\n"},
-        "fails": {"test_softmax_stable": "LogSoftmax"},
+        "fails": {"test_softmax_stable": "a library's softmax"},
     },
     "route_categorical": {
         "kind": "mistake",
         "cells": {"softmax_naive": "from torch.distributions import Categorical\n\n\n"
                                    "def softmax_naive(x, dim=-1):\n"
                                    "    return Categorical(logits=x.movedim(dim, -1)).probs.movedim(-1, dim)\n"},
-        "fails": {"test_softmax_naive": "Categorical"},
+        "fails": {"test_softmax_naive": "a library's softmax"},
     },
     "route_eval": {
         "kind": "mistake",
@@ -396,31 +438,42 @@ VARIANTS.update({
                                    "    return eval('torch.soft' + 'max(x, dim=dim)')\n",
                   "softmax_stable": "def softmax_stable(x, dim=-1):\n"
                                     "    return eval('torch.soft' + 'max(x, dim=dim)')\n"},
-        "fails": {"test_softmax_naive": "eval", "test_softmax_stable": "eval"},
+        "fails": {"test_softmax_naive": "a library's softmax", "test_softmax_stable": "a library's softmax"},
     },
     # the answer key's cell stays; a cell of the student's own after it redefines the function
     "route_own_cell": {
         "kind": "mistake",
         "cells": {},
         "notebook": _add_cell_after("softmax_naive", _NAIVE_BY_TORCH),
-        "fails": {"test_softmax_naive": "torch.softmax"},
+        "fails": {"test_softmax_naive": "a library's softmax"},
     },
     # the solution cell duplicated (metadata and all), the copy redefining the function
     "route_duplicated_cell": {
         "kind": "mistake",
         "cells": {},
         "notebook": _add_cell_after("softmax_stable", _STABLE_BY_TORCH, duplicate=True),
-        "fails": {"test_softmax_stable": "torch.softmax"},
+        "fails": {"test_softmax_stable": "a library's softmax"},
     },
     # IPython runs an indented cell (it removes the common indentation) and a cell that starts with a magic
     "route_indented_cell": {
         "kind": "mistake",
         "cells": {"softmax_naive": "".join("    " + line + "\n" for line in _NAIVE_BY_TORCH.splitlines())},
-        "fails": {"test_softmax_naive": "torch.softmax"},
+        "fails": {"test_softmax_naive": "a library's softmax"},
     },
     "route_config_magic": {
         "kind": "mistake",
         "cells": {"softmax_stable": "%config InlineBackend.figure_format = 'png'\n" + _STABLE_BY_TORCH},
-        "fails": {"test_softmax_stable": "torch.softmax"},
+        "fails": {"test_softmax_stable": "a library's softmax"},
     },
 })
+
+# Rule 3: each transfer part (tests/test_leaks.py) has the lesson's code adapted, the library shortcut, and two correct
+# solutions in other styles.
+PROOF = {
+    "test_softmax_masked": {"lesson": ["masked_lesson_softmax"], "shortcut": ["masked_zeroed_not_renormalised"],
+                            "correct": ["masked_torch_softmax_nan_to_num", "masked_large_negative_and_where",
+                                        "masked_movedim_loop_free"]},
+    "test_softmax_masked_blocked": {"lesson": ["masked_lesson_softmax"], "shortcut": ["masked_nan_on_blocked_rows"],
+                                    "correct": ["masked_torch_softmax_nan_to_num", "masked_large_negative_and_where",
+                                                "masked_movedim_loop_free"]},
+}

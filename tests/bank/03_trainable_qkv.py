@@ -285,13 +285,13 @@ VARIANTS = {
                                      "    return new\n")},
         "fails": {TEST_TRANSFER: "in place"},
     },
-    "transfer_shares_storage_with_v2": {  # the book's way: each nn.Parameter is a view of sa_v2's weight
-        "kind": "mistake",
+    # the book's way (Exercise 3.1): each nn.Parameter is a view of sa_v2's weight; Part 4 does not ask for copies
+    "transfer_shares_storage_with_v2": {
+        "kind": "correct",
         "cells": {TRANSFER: transfer("    sa_v1.W_query = nn.Parameter(sa_v2.W_query.weight.T)\n"
                                      "    sa_v1.W_key = nn.Parameter(sa_v2.W_key.weight.T)\n"
                                      "    sa_v1.W_value = nn.Parameter(sa_v2.W_value.weight.T)\n"
                                      "    return sa_v1\n")},
-        "fails": {TEST_TRANSFER: "shares storage"},
     },
     "transfer_without_no_grad": {
         "kind": "mistake",
@@ -405,3 +405,79 @@ VARIANTS.update({
         "fails": {TEST_BIASED: "in place", TEST_BIASED_CASES: "unchanged"},
     },
 })
+
+
+def idle(body):
+    return "def drop_idle_biases(sa_v2):\n" + body
+
+
+IDLE = "drop_idle_biases"
+TEST_IDLE = "test_drop_idle_biases"
+
+VARIANTS.update({
+    # Part 5 written as the lesson's transfer, mechanically: the transposed weight alone
+    "biased_lesson_transfer": {
+        "kind": "mistake",
+        "cells": {BIASED: biased(
+            "    for name in ('W_query', 'W_key', 'W_value'):\n"
+            "        getattr(sa_v1, name).detach().copy_(getattr(sa_v2, name).weight.T)\n"
+            "    return sa_v1\n")},
+        "fails": {TEST_BIASED: "transfer_biased_v2_to_v1", TEST_BIASED_CASES: "transfer_biased_v2_to_v1"},
+    },
+    # ---------------------------------------------------------------- Part 6: which biases make a difference
+    "idle_key_bias_none": {
+        "kind": "correct",
+        "cells": {IDLE: idle("    sa_v2.W_key.bias = None  # q_i . b_key is shared by a whole row of scores\n"
+                             "    return sa_v2\n")},
+    },
+    "idle_init_zeros_by_name": {
+        "kind": "correct",
+        "cells": {IDLE: idle("    for name, layer in sa_v2.named_children():\n"
+                             "        if name == 'W_key' and layer.bias is not None:\n"
+                             "            nn.init.zeros_(layer.bias)\n"
+                             "    return sa_v2\n")},
+    },
+    # the lesson's module has no biases: zero them all
+    "idle_all_biases_zeroed": {
+        "kind": "mistake",
+        "cells": {IDLE: idle("    with torch.no_grad():\n"
+                             "        for layer in (sa_v2.W_query, sa_v2.W_key, sa_v2.W_value):\n"
+                             "            if layer.bias is not None:\n"
+                             "                layer.bias.zero_()\n"
+                             "    return sa_v2\n")},
+        "fails": {TEST_IDLE: "context vectors"},
+    },
+    # both biases of the scores dropped at once
+    "idle_query_and_key_zeroed": {
+        "kind": "mistake",
+        "cells": {IDLE: idle("    for layer in (sa_v2.W_query, sa_v2.W_key):\n"
+                             "        layer.bias = None\n"
+                             "    return sa_v2\n")},
+        "fails": {TEST_IDLE: "context vectors"},
+    },
+    "idle_nothing_dropped": {
+        "kind": "mistake",
+        "cells": {IDLE: idle("    return sa_v2\n")},
+        "fails": {TEST_IDLE: "left every bias"},
+    },
+    "idle_crashes_without_bias": {
+        "kind": "mistake",
+        "cells": {IDLE: idle("    with torch.no_grad():\n"
+                             "        sa_v2.W_key.bias.zero_()\n"
+                             "    return sa_v2\n")},
+        "fails": {TEST_IDLE: "bias=False"},
+    },
+})
+
+# Rule 3: each transfer part (tests/test_leaks.py) has the lesson's code adapted, the library shortcut, and two correct
+# solutions in other styles.
+PROOF = {
+    TEST_BIASED: {"lesson": ["biased_lesson_transfer"], "shortcut": ["biased_bias_dropped"],
+                  "correct": ["biased_slices_under_no_grad", "biased_new_parameters_vstack",
+                              "biased_homogeneous_matrix_einsum"]},
+    TEST_BIASED_CASES: {"lesson": ["biased_lesson_transfer"], "shortcut": ["biased_fails_without_bias"],
+                        "correct": ["biased_slices_under_no_grad", "biased_new_parameters_vstack",
+                                    "biased_homogeneous_matrix_einsum"]},
+    TEST_IDLE: {"lesson": ["idle_all_biases_zeroed"], "shortcut": ["idle_query_and_key_zeroed"],
+                "correct": ["idle_key_bias_none", "idle_init_zeros_by_name"]},
+}

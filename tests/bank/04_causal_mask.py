@@ -531,3 +531,38 @@ VARIANTS.update({
         "fails": {"test_sliding_window_causal_mask": "check window first"},
     },
 })
+
+
+# The lesson's causal mask carried over as it is, and a library's causal mask in its place: neither knows documents
+# or windows, so both fail the transfer parts.
+VARIANTS.update({
+    "packed_library_causal_mask": {
+        "kind": "mistake",
+        "cells": {"packed_causal_mask": _edit(_PACKED, (
+            "    return later_key | other_document\n",
+            "    causal = nn.Transformer.generate_square_subsequent_mask(document_ids.shape[-1]).isinf()\n"
+            "    return causal.expand(*document_ids.shape, -1)\n"))},
+        "fails": {"test_packed_causal_mask": "another document"},
+    },
+    "window_lesson_causal_mask": {
+        "kind": "mistake",
+        "cells": {"sliding_window_causal_mask": _edit(_WINDOW, ("return (distance < 0) | (distance >= window)",
+                                                                "return distance < 0"))},
+        "fails": {"test_sliding_window_causal_mask": ""},
+    },
+    "window_library_causal_mask": {
+        "kind": "mistake",
+        "cells": {"sliding_window_causal_mask": _edit(_WINDOW, (
+            "return (distance < 0) | (distance >= window)",
+            "return nn.Transformer.generate_square_subsequent_mask(num_tokens).isinf()"))},
+        "fails": {"test_sliding_window_causal_mask": ""},
+    },
+})
+
+PROOF = {
+    "test_packed_causal_mask": {"lesson": ["packed_causal_only"], "shortcut": ["packed_library_causal_mask"],
+                                "correct": ["packed_same_document_and_tril", "packed_segments_from_boundaries"]},
+    "test_sliding_window_causal_mask": {"lesson": ["window_lesson_causal_mask"],
+                                        "shortcut": ["window_library_causal_mask"],
+                                        "correct": ["window_loop", "window_two_triangles"]},
+}

@@ -336,3 +336,20 @@ VARIANTS = {
         "fails": {"test_drop_keys": "p = 1 drops every key", "test_drop_keys_statistics": "swapped"},
     },
 }
+
+
+# The library's dropout on the weights in place of the student's own: one draw per weight, after the softmax.
+VARIANTS.update({
+    "drop_keys_library_dropout": {
+        "kind": "mistake",
+        "cells": {"drop_keys": _DROP_KEYS_HEAD +
+                  "    return torch.nn.functional.dropout(torch.softmax(attn_scores, dim=-1), p, training=training)\n"},
+        "fails": {"test_drop_keys": "", "test_drop_keys_statistics": ""},
+    },
+})
+
+PROOF = {
+    cell: {"lesson": ["drop_keys_lesson_dropout_after_softmax"], "shortcut": ["drop_keys_library_dropout"],
+           "correct": ["drop_keys_renormalised_after_softmax", "drop_keys_large_negative_and_visible"]}
+    for cell in ("test_drop_keys", "test_drop_keys_statistics")
+}

@@ -168,6 +168,7 @@ def wrapper_to_split(wrapper):
     d_out = num_heads * heads[0].W_query.weight.shape[0]
     has_bias = heads[0].W_query.bias is not None
     mha = MultiHeadAttention(d_in, d_out, heads[0].mask.size(-1), heads[0].dropout.p, num_heads, qkv_bias=has_bias)
+    mha = mha.to(heads[0].W_query.weight.dtype)
     state = mha.state_dict()
     for name in ["W_query", "W_key", "W_value"]:
         state[name + ".weight"] = torch.vstack([head.state_dict()[name + ".weight"] for head in heads])
@@ -186,7 +187,7 @@ def wrapper_to_split(wrapper):
     num_heads = len(wrapper.heads)
     bias = first.W_query.bias is not None
     mha = MultiHeadAttention(first.W_query.in_features, num_heads * first.W_query.out_features,
-                             len(first.mask), first.dropout.p, num_heads, bias)
+                             len(first.mask), first.dropout.p, num_heads, bias).to(first.W_query.weight.dtype)
     for name in ("W_query", "W_key", "W_value"):
         layers = [getattr(head, name) for head in wrapper.heads]
         big = getattr(mha, name)
@@ -206,6 +207,7 @@ def wrapper_to_split(wrapper):
     d_out = head_dim * len(heads)
     qkv_bias = first.W_query.bias is not None
     mha = MultiHeadAttention(d_in, d_out, first.mask.shape[0], first.dropout.p, len(heads), qkv_bias=qkv_bias)
+    mha = mha.to(first.W_query.weight.dtype)
     with torch.no_grad():
         for name in ("W_query", "W_key", "W_value"):
             big = getattr(mha, name)
@@ -219,61 +221,72 @@ def wrapper_to_split(wrapper):
 
 _SPLIT_TO_WRAPPER_STATE_DICT = '''\
 def split_to_wrapper(mha, num_heads):
-    """A state dict for the wrapper; the mixing test through a mask of the diagonal blocks; einsum."""
+    """A state dict for the wrapper; the heads each output block reads, counted block by block; einsum."""
     d_out, d_in = mha.W_query.weight.shape
     if num_heads <= 0 or d_out % num_heads != 0:
         raise ValueError(f"cannot cut d_out={d_out} into num_heads={num_heads} heads")
     hd = d_out // num_heads
-    same_head = torch.arange(d_out) // hd
-    outside = same_head[:, None] != same_head[None, :]
-    w_o = mha.out_proj.weight.detach()
-    if torch.count_nonzero(w_o[outside]) or torch.count_nonzero(mha.out_proj.bias.detach()):
-        raise ValueError("this out_proj combines heads (or adds a bias); a wrapper cannot")
+    w_o, b_o = mha.out_proj.weight.detach(), mha.out_proj.bias.detach()
     has_bias = mha.W_value.bias is not None
-    wrapper = MultiHeadAttentionWrapper(d_in, hd, len(mha.mask), mha.dropout.p, num_heads, qkv_bias=has_bias)
+    if not has_bias and torch.count_nonzero(b_o):
+        raise ValueError("out_proj adds a bias that heads without biases cannot add")
     state = {}
-    for h in range(num_heads):
-        r = slice(h * hd, (h + 1) * hd)
-        block = w_o[r, r]
+    for g in range(num_heads):
+        out = slice(g * hd, (g + 1) * hd)
+        read = [h for h in range(num_heads) if torch.count_nonzero(w_o[out, h * hd:(h + 1) * hd])]
+        if len(read) > 1:
+            raise ValueError(f"block {g} of out_proj reads the heads {read}: no wrapper computes this")
+        r = slice(read[0] * hd, (read[0] + 1) * hd) if read else slice(0, hd)
+        block = w_o[out, r]
         for name in ("W_query", "W_key", "W_value"):
             w = getattr(mha, name).weight.detach()[r]
-            state[f"heads.{h}.{name}.weight"] = torch.einsum("ij,jk->ik", block, w) if name == "W_value" else w
+            state[f"heads.{g}.{name}.weight"] = torch.einsum("ij,jk->ik", block, w) if name == "W_value" else w
             if has_bias:
                 b = getattr(mha, name).bias.detach()[r]
-                state[f"heads.{h}.{name}.bias"] = torch.einsum("ij,j->i", block, b) if name == "W_value" else b
+                state[f"heads.{g}.{name}.bias"] = torch.einsum("ij,j->i", block, b) + b_o[out] if name == "W_value" else b
+    wrapper = MultiHeadAttentionWrapper(d_in, hd, len(mha.mask), mha.dropout.p, num_heads, qkv_bias=has_bias)
+    wrapper = wrapper.to(w_o.dtype)
     wrapper.load_state_dict(state, strict=False)
-    return wrapper.to(w_o.dtype)
+    return wrapper
 '''
 
 _SPLIT_TO_WRAPPER_PARAMETERS = '''\
 def split_to_wrapper(mha, num_heads):
-    """New nn.Parameters per head; allclose against the block-diagonal part; the bias check first."""
+    """New nn.Parameters per head; the head each block reads found with nonzero(); the bias check first."""
     d_out = mha.out_proj.in_features
-    if d_out % num_heads:
+    if num_heads < 1 or d_out % num_heads:
         raise ValueError("num_heads must divide d_out")
     head_dim = d_out // num_heads
-    if mha.out_proj.bias is not None and not torch.allclose(mha.out_proj.bias, torch.zeros_like(mha.out_proj.bias)):
-        raise ValueError("out_proj has a bias")
+    has_bias = mha.W_query.bias is not None
     W = mha.out_proj.weight.detach()
-    kept = torch.block_diag(*[W[i:i + head_dim, i:i + head_dim] for i in range(0, d_out, head_dim)])
-    if not torch.allclose(W, kept, atol=1e-7):
-        raise ValueError("out_proj reads across heads")
+    out_bias = mha.out_proj.bias.detach()
+    if not has_bias and not torch.allclose(out_bias, torch.zeros_like(out_bias), atol=0.0):
+        raise ValueError("out_proj has a bias, and the heads' layers have none")
+    sources = []
+    for i in range(0, d_out, head_dim):
+        heads_read = (W[i:i + head_dim].abs().sum(0).nonzero().flatten() // head_dim).unique().tolist()
+        if len(heads_read) > 1:
+            raise ValueError(f"out_proj reads the heads {heads_read} in one block")
+        sources.append(heads_read[0] if heads_read else 0)
     wrapper = MultiHeadAttentionWrapper(mha.W_query.in_features, head_dim, mha.mask.size(0), mha.dropout.p,
-                                        num_heads, mha.W_query.bias is not None).double()
-    for h, head in enumerate(wrapper.heads):
-        i = h * head_dim
-        block = W[i:i + head_dim, i:i + head_dim].double()
-        head.W_query.weight = nn.Parameter(mha.W_query.weight.detach()[i:i + head_dim].double().clone())
-        head.W_key.weight = nn.Parameter(mha.W_key.weight.detach()[i:i + head_dim].double().clone())
-        head.W_value.weight = nn.Parameter(block @ mha.W_value.weight.detach()[i:i + head_dim].double())
-        if mha.W_query.bias is not None:
-            head.W_query.bias = nn.Parameter(mha.W_query.bias.detach()[i:i + head_dim].double().clone())
-            head.W_key.bias = nn.Parameter(mha.W_key.bias.detach()[i:i + head_dim].double().clone())
-            head.W_value.bias = nn.Parameter(block @ mha.W_value.bias.detach()[i:i + head_dim].double())
+                                        num_heads, has_bias).double()
+    for g, (head, h) in enumerate(zip(wrapper.heads, sources)):
+        i, j = g * head_dim, h * head_dim
+        block = W[i:i + head_dim, j:j + head_dim].double()
+        head.W_query.weight = nn.Parameter(mha.W_query.weight.detach()[j:j + head_dim].double().clone())
+        head.W_key.weight = nn.Parameter(mha.W_key.weight.detach()[j:j + head_dim].double().clone())
+        head.W_value.weight = nn.Parameter(block @ mha.W_value.weight.detach()[j:j + head_dim].double())
+        if has_bias:
+            head.W_query.bias = nn.Parameter(mha.W_query.bias.detach()[j:j + head_dim].double().clone())
+            head.W_key.bias = nn.Parameter(mha.W_key.bias.detach()[j:j + head_dim].double().clone())
+            head.W_value.bias = nn.Parameter(block @ mha.W_value.bias.detach()[j:j + head_dim].double()
+                                             + out_bias[i:i + head_dim].double())
     return wrapper.to(W.dtype)
 '''
 
-_SPLIT_TO_WRAPPER_KEY = '''\
+# The criterion of an earlier version of the task: only a block-diagonal out_proj without a bias (sufficient, not
+# necessary: a block may read another head, and with biases out_proj's bias joins the value bias).
+_SPLIT_TO_WRAPPER_DIAGONAL_ONLY = '''\
 def split_to_wrapper(mha, num_heads):
     d_out, d_in = mha.W_query.weight.shape
     if num_heads < 1 or d_out % num_heads:
@@ -298,6 +311,38 @@ def split_to_wrapper(mha, num_heads):
                 if qkv_bias:
                     bias = big.bias.detach()[rows]
                     small.bias.copy_(bias if after is None else after @ bias)
+    return wrapper
+'''
+
+_SPLIT_TO_WRAPPER_KEY = '''\
+def split_to_wrapper(mha, num_heads):
+    d_out, d_in = mha.W_query.weight.shape
+    if num_heads < 1 or d_out % num_heads:
+        raise ValueError(f"num_heads={num_heads} does not divide d_out={d_out}")
+    head_dim = d_out // num_heads
+    qkv_bias = mha.W_query.bias is not None
+    weight = mha.out_proj.weight.detach()
+    out_bias = mha.out_proj.bias.detach()
+    blocks = weight.reshape(num_heads, head_dim, num_heads, head_dim).transpose(1, 2)
+    reads = blocks.flatten(2).abs().amax(dim=-1) > 0
+    if (reads.sum(dim=1) > 1).any():
+        raise ValueError("out_proj mixes heads: an output block reads more than one head")
+    if not qkv_bias and (out_bias != 0).any():
+        raise ValueError("out_proj has a bias, which heads without biases cannot add")
+    source = reads.to(torch.int64).argmax(dim=1)
+    wrapper = MultiHeadAttentionWrapper(d_in, head_dim, mha.mask.shape[0], mha.dropout.p, num_heads, qkv_bias)
+    wrapper = wrapper.to(device=weight.device, dtype=weight.dtype)
+    with torch.no_grad():
+        for g, head in enumerate(wrapper.heads):
+            h = int(source[g])
+            rows, block = slice(h * head_dim, (h + 1) * head_dim), blocks[g, h]
+            head.W_query.weight.copy_(mha.W_query.weight[rows])
+            head.W_key.weight.copy_(mha.W_key.weight[rows])
+            head.W_value.weight.copy_(block @ mha.W_value.weight[rows])
+            if qkv_bias:
+                head.W_query.bias.copy_(mha.W_query.bias[rows])
+                head.W_key.bias.copy_(mha.W_key.bias[rows])
+                head.W_value.bias.copy_(block @ mha.W_value.bias[rows] + out_bias[g * head_dim:(g + 1) * head_dim])
     return wrapper
 '''
 
@@ -492,44 +537,99 @@ VARIANTS = {
     "back_block_folded_into_queries": {
         "kind": "mistake",
         "cells": {"split_to_wrapper": _split_back_with(
-            '(("W_query", None), ("W_key", None), ("W_value", blocks[h]))',
-            '(("W_query", blocks[h]), ("W_key", None), ("W_value", None))')},
+            "head.W_query.weight.copy_(mha.W_query.weight[rows])", "head.W_query.weight.copy_(block @ mha.W_query.weight[rows])")
+            .replace("head.W_value.weight.copy_(block @ mha.W_value.weight[rows])",
+                     "head.W_value.weight.copy_(mha.W_value.weight[rows])")},
         "fails": {"test_split_to_wrapper": "W_value"},
     },
     "back_block_transposed": {
         "kind": "mistake",
-        "cells": {"split_to_wrapper": _split_back_with("after @ weight", "after.T @ weight")
-                  .replace("after @ bias", "after.T @ bias")},
+        "cells": {"split_to_wrapper": _split_back_with("block @ mha.W_value.weight", "block.T @ mha.W_value.weight")
+                  .replace("block @ mha.W_value.bias", "block.T @ mha.W_value.bias")},
         "fails": {"test_split_to_wrapper": "W_value"},
     },
+    # the lesson's slicing of rows, head by head, applied mechanically: out_proj never reaches the heads
     "back_out_proj_ignored": {
         "kind": "mistake",
-        "cells": {"split_to_wrapper": _split_back_with('("W_value", blocks[h])', '("W_value", None)')},
+        "cells": {"split_to_wrapper": _split_back_with("block @ mha.W_value.weight[rows]", "mha.W_value.weight[rows]")
+                  .replace("block @ mha.W_value.bias[rows] + out_bias[g * head_dim:(g + 1) * head_dim]",
+                           "mha.W_value.bias[rows]")},
         "fails": {"test_split_to_wrapper": "W_value"},
+    },
+    "back_out_bias_dropped": {
+        "kind": "mistake",
+        "cells": {"split_to_wrapper": _split_back_with(" + out_bias[g * head_dim:(g + 1) * head_dim]", "")},
+        "fails": {"test_split_to_wrapper": "bias"},
     },
     "back_never_refuses": {
         "kind": "mistake",
         "cells": {"split_to_wrapper": _split_back_with(
-            "    if across_heads.abs().max() > 1e-6 or (out_bias is not None and out_bias.detach().abs().max() > 1e-6):\n"
-            "        raise ValueError(\"out_proj mixes the heads or has a bias: no wrapper computes this module\")\n", "")},
+            "    if (reads.sum(dim=1) > 1).any():\n"
+            "        raise ValueError(\"out_proj mixes heads: an output block reads more than one head\")\n"
+            "    if not qkv_bias and (out_bias != 0).any():\n"
+            "        raise ValueError(\"out_proj has a bias, which heads without biases cannot add\")\n", "")},
         "fails": {"test_split_to_wrapper": "out_proj"},
     },
     "back_bias_not_checked": {
         "kind": "mistake",
         "cells": {"split_to_wrapper": _split_back_with(
-            " or (out_bias is not None and out_bias.detach().abs().max() > 1e-6)", "")},
-        "fails": {"test_split_to_wrapper": "bias is zero"},
+            "    if not qkv_bias and (out_bias != 0).any():\n"
+            "        raise ValueError(\"out_proj has a bias, which heads without biases cannot add\")\n", "")},
+        "fails": {"test_split_to_wrapper": "the layers have none"},
     },
     "back_only_the_identity": {
         "kind": "mistake",
         "cells": {"split_to_wrapper": _split_back_with(
-            "if across_heads.abs().max() > 1e-6", "if not torch.equal(mixing, torch.eye(d_out))")},
+            "if (reads.sum(dim=1) > 1).any():", "if not torch.equal(weight, torch.eye(d_out)):")},
+        "fails": {"test_split_to_wrapper": "ValueError"},
+    },
+    # the task's earlier, false criterion: a block reading another head, or a bias with biased layers, is refused
+    "back_block_diagonal_only": {
+        "kind": "mistake",
+        "cells": {"split_to_wrapper": _SPLIT_TO_WRAPPER_DIAGONAL_ONLY},
+        "fails": {"test_split_to_wrapper": "a wrapper exists here"},
+    },
+    "back_own_head_only": {
+        "kind": "mistake",
+        "cells": {"split_to_wrapper": _split_back_with("h = int(source[g])", "h = g")},
+        "fails": {"test_split_to_wrapper": "not always h = g"},
+    },
+    # shortcut: a wrapper that runs mha itself (its heads hold nothing of mha, it never refuses)
+    "back_forward_delegated": {
+        "kind": "mistake",
+        "cells": {"split_to_wrapper": (
+            "def split_to_wrapper(mha, num_heads):\n"
+            "    d_out, d_in = mha.W_query.weight.shape\n"
+            "    if num_heads < 1 or d_out % num_heads:\n"
+            "        raise ValueError('num_heads must divide d_out')\n"
+            "    wrapper = MultiHeadAttentionWrapper(d_in, d_out // num_heads, mha.mask.shape[0], mha.dropout.p,\n"
+            "                                        num_heads, mha.W_query.bias is not None)\n"
+            "    wrapper.forward = mha.forward\n"
+            "    return wrapper\n")},
         "fails": {"test_split_to_wrapper": "ValueError"},
     },
     "back_dropout_dropped": {
         "kind": "mistake",
         "cells": {"split_to_wrapper": _split_back_with("mha.mask.shape[0], mha.dropout.p,", "mha.mask.shape[0], 0.0,")},
         "fails": {"test_split_to_wrapper": "dropout probability"},
+    },
+    # shortcut: a MultiHeadAttention that runs the wrapper itself (its layers hold nothing of the wrapper)
+    "wrapper_forward_delegated": {
+        "kind": "mistake",
+        "cells": {"wrapper_to_split": (
+            "def wrapper_to_split(wrapper):\n"
+            "    first = wrapper.heads[0]\n"
+            "    mha = MultiHeadAttention(first.W_query.in_features, len(wrapper.heads) * first.W_query.out_features,\n"
+            "                             first.mask.shape[0], first.dropout.p, len(wrapper.heads),\n"
+            "                             qkv_bias=first.W_query.bias is not None)\n"
+            "    mha.forward = wrapper.forward\n"
+            "    return mha.to(first.W_query.weight.dtype)\n")},
+        "fails": {"test_wrapper_to_split": "with its weights"},
+    },
+    "wrapper_dtype_dropped": {
+        "kind": "mistake",
+        "cells": {"wrapper_to_split": _WRAPPER_TO_SPLIT_KEY.replace("    mha = mha.to(first.W_query.weight.dtype)\n", "")},
+        "fails": {"test_wrapper_to_split": "bytes per number"},
     },
     "gpt2_returns_a_tensor": {
         "kind": "mistake",
@@ -554,4 +654,13 @@ VARIANTS = {
             "    return 4 * 768 * 768 + 768\n")},
         "fails": {"test_gpt2_small_attention_params": "has a bias"},
     },
+}
+
+# Rule 3 of the course: every transfer part fails the lesson's code adapted mechanically and the shortcut, and passes
+# two correct solutions in other styles.
+PROOF = {
+    "test_wrapper_to_split": {"lesson": ["wrapper_out_proj_left_random"], "shortcut": ["wrapper_forward_delegated"],
+                              "correct": ["einsum_where_other_layer_order", "unflatten_flatten_inplace_mask"]},
+    "test_split_to_wrapper": {"lesson": ["back_out_proj_ignored"], "shortcut": ["back_forward_delegated"],
+                              "correct": ["einsum_where_other_layer_order", "unflatten_flatten_inplace_mask"]},
 }

@@ -27,6 +27,8 @@ SHARED_LINES = [
     "attn_weights = self.dropout(torch.softmax(attn_scores / self.head_dim ** 0.5, dim=-1))",
     "context_vecs = (attn_weights @ values).transpose(1, 2).reshape(b, num_tokens, self.d_out)",
     "return self.out_proj(context_vecs)",
+    # AttentionBase, given in the notebook's locked cell: its length check, called as step 07's class calls it
+    "self.check_length(x)",
 ]
 
 _PADDED_FLOAT_MASK = (
@@ -146,6 +148,18 @@ _SDPA_INVERTED_MASK = (
 
 VARIANTS = {
     "padded_float_mask": {"kind": "correct", "cells": {"padded_sdpa_attention": _PADDED_FLOAT_MASK}},
+    # the shortcut: SDPA's own causal flag, and no padding mask at all
+    "padded_is_causal_only": {
+        "kind": "mistake",
+        "cells": {"padded_sdpa_attention": (
+            "def padded_sdpa_attention(queries, keys, values, is_padding, causal=True):\n"
+            "    b, _, t, _ = queries.shape\n"
+            "    if not isinstance(is_padding, torch.Tensor) or is_padding.dtype != torch.bool \\\n"
+            "            or tuple(is_padding.shape) != (b, t):\n"
+            "        raise ValueError('is_padding must be a (b, T) bool tensor')\n"
+            "    return F.scaled_dot_product_attention(queries, keys, values, is_causal=causal)\n")},
+        "fails": {"test_padded_sdpa_attention": "block padding keys", "test_padded_sdpa_attention_left": "padding"},
+    },
     "padded_where_large_negative": {"kind": "correct", "cells": {"padded_sdpa_attention": _PADDED_WHERE}},
     "padded_mask_not_inverted": {
         "kind": "mistake",
@@ -490,7 +504,7 @@ VARIANTS = {
                   "        out = F.scaled_dot_product_attention(q, k, v, is_causal=True,\n"
                   "                                             dropout_p=self.dropout_p if self.training else 0.0)\n"
                   "        return self.out_proj(out.transpose(1, 2).reshape(b, t, self.d_out))\n"},
-        "fails": {"test_sdpa_attention_arguments": "context_length"},
+        "fails": {"test_sdpa_attention": "context_length"},
     },
     "sdpa_manual_attention": {
         "kind": "mistake",
@@ -597,4 +611,14 @@ VARIANTS = {
         # combined_from_split cannot copy biases into a layer that has none, so Part 2 fails too.
         "fails": {"test_combined_qkv": "bias=qkv_bias", "test_combined_from_split": "has no bias"},
     },
+}
+
+# Rule 3 of the course: every transfer part fails the lesson's code adapted mechanically and the shortcut, and passes
+# two correct solutions in other styles.
+PROOF = {
+    "test_padded_sdpa_attention": {"lesson": ["padded_mask_not_inverted"], "shortcut": ["padded_is_causal_only"],
+                                   "correct": ["padded_float_mask", "padded_where_large_negative"]},
+    "test_padded_sdpa_attention_left": {"lesson": ["padded_empty_rows_left_alone"],
+                                        "shortcut": ["padded_is_causal_only"],
+                                        "correct": ["padded_float_mask", "padded_where_large_negative"]},
 }

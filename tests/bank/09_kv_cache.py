@@ -966,6 +966,17 @@ VARIANTS.update({
         "cells": {"attention_with_cache": _ROUTE_RECOMPUTES.replace(
             "k, v = (layer(every).view(", "k, v = (F.linear(every, layer.weight, layer.bias).view(")},
         "fails": {"test_attention_with_cache": "not the inputs"}},
+    # issue 45: the new tokens projected with one fused F.linear (the layers' weights, never the layers themselves)
+    "cache_projects_with_one_fused_f_linear": {
+        "kind": "correct",
+        "cells": {"attention_with_cache": _edit(_CLASS, (
+            "        q, k, v = (layer(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)\n"
+            "                   for layer in (self.W_query, self.W_key, self.W_value))\n",
+            "        layers = (self.W_query, self.W_key, self.W_value)\n"
+            "        weight = torch.cat([layer.weight for layer in layers])\n"
+            "        bias = None if self.W_query.bias is None else torch.cat([layer.bias for layer in layers])\n"
+            "        q, k, v = (part.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)\n"
+            "                   for part in F.linear(x, weight, bias).split(self.d_out, dim=-1))\n"))}},
     "route_grows_the_cache_then_raises": {"kind": "mistake",
                                           "cells": {"attention_with_cache": _ROUTE_GROWS_THEN_RAISES},
                                           "fails": {"test_attention_with_cache_arguments": "before"}},
@@ -996,8 +1007,9 @@ _STATIC_KEY = (
     "            raise ValueError(f'{self.length} + {t_new} tokens do not fit max_len={max_len}')\n"
     "        self.keys[:, :, self.length:end] = new_keys\n"
     "        self.values[:, :, self.length:end] = new_values\n"
+    "        blocked = torch.arange(max_len) > torch.arange(self.length, end)[:, None]\n"
     "        self.length = end\n"
-    "        return self.keys[:, :, :end], self.values[:, :, :end]\n"
+    "        return self.keys, self.values, blocked\n"
     "\n"
     "    def reset(self):\n"
     "        self.length = 0\n"
@@ -1010,15 +1022,17 @@ def _static_with(old, new):
 
 
 VARIANTS.update({
-    "static_copy_narrow_empty": {
+    "static_copy_narrow_tril": {
         "kind": "correct",
         "cells": {"static_kv_cache": (
             "class StaticKVCache:\n"
-            "    \"\"\"copy_ into narrow() views, torch.empty, a tuple of sizes checked one by one.\"\"\"\n"
+            "    \"\"\"copy_ into narrow() views, torch.empty filled with 0, a tril mask, sizes checked one by one.\"\"\"\n"
             "    def __init__(self, batch_size, num_heads, max_len, head_dim, dtype=torch.float32, device=None):\n"
             "        self.max_len = max_len\n"
             "        self.keys = torch.empty(batch_size, num_heads, max_len, head_dim, dtype=dtype, device=device)\n"
             "        self.values = torch.empty_like(self.keys)\n"
+            "        self.keys.fill_(0.0)\n"
+            "        self.values.fill_(0.0)\n"
             "        self.length = 0\n"
             "\n"
             "    def update(self, new_keys, new_values):\n"
@@ -1030,19 +1044,18 @@ VARIANTS.update({
             "            raise ValueError('cache full: max_len reached')\n"
             "        self.keys.narrow(2, self.length, n).copy_(new_keys)\n"
             "        self.values.narrow(2, self.length, n).copy_(new_values)\n"
+            "        allowed = torch.ones(n, self.max_len, dtype=torch.bool, device=self.keys.device).tril(self.length)\n"
             "        self.length += n\n"
-            "        return self.keys.narrow(2, 0, self.length), self.values.narrow(2, 0, self.length)\n"
+            "        return self.keys, self.values, ~allowed\n"
             "\n"
             "    def reset(self):\n"
-            "        self.length = 0\n"
-            "        self.keys.zero_()\n"
-            "        self.values.zero_()\n")},
+            "        self.length = 0\n")},
     },
-    "static_index_put_module": {
+    "static_index_copy_module": {
         "kind": "correct",
         "cells": {"static_kv_cache": (
             "class StaticKVCache(nn.Module):\n"
-            "    \"\"\"An nn.Module with buffers, positions written with index_copy_, views through slicing.\"\"\"\n"
+            "    \"\"\"An nn.Module with buffers, slots written with index_copy_, the mask from positions.\"\"\"\n"
             "    def __init__(self, batch_size, num_heads, max_len, head_dim, dtype=torch.float32, device=None):\n"
             "        super().__init__()\n"
             "        self.register_buffer('keys', torch.zeros(batch_size, num_heads, max_len, head_dim, dtype=dtype,\n"
@@ -1062,10 +1075,61 @@ VARIANTS.update({
             "        self.keys.index_copy_(2, where, new_keys.to(self.keys.dtype))\n"
             "        self.values.index_copy_(2, where, new_values.to(self.values.dtype))\n"
             "        self.length += new_keys.shape[2]\n"
-            "        return self.keys[..., :self.length, :], self.values[..., :self.length, :]\n"
+            "        position = torch.arange(cap, device=self.keys.device)\n"
+            "        return self.keys, self.values, position.unsqueeze(0) > where.unsqueeze(1)\n"
             "\n"
             "    def reset(self):\n"
             "        self.length = 0\n")},
+    },
+    # the lesson's (and Part 3's) growing cache, adapted: tensors of a new shape at every call, Part 1's mask
+    "static_grows_like_part_3": {
+        "kind": "mistake",
+        "cells": {"static_kv_cache": (
+            "class StaticKVCache:\n"
+            "    def __init__(self, batch_size, num_heads, max_len, head_dim, dtype=torch.float32, device=None):\n"
+            "        self.max_len = max_len\n"
+            "        self.keys = torch.zeros(batch_size, num_heads, 0, head_dim, dtype=dtype, device=device)\n"
+            "        self.values = torch.zeros_like(self.keys)\n"
+            "        self.length = 0\n"
+            "\n"
+            "    def update(self, new_keys, new_values):\n"
+            "        b, h, _, d = self.keys.shape\n"
+            "        if new_keys.dim() != 4 or new_keys.shape != new_values.shape or \\\n"
+            "                (new_keys.shape[0], new_keys.shape[1], new_keys.shape[3]) != (b, h, d):\n"
+            "            raise ValueError('new_keys has the wrong shape')\n"
+            "        if self.length + new_keys.shape[2] > self.max_len:\n"
+            "            raise ValueError('max_len reached')\n"
+            "        self.keys = torch.cat([self.keys, new_keys], dim=2)\n"
+            "        self.values = torch.cat([self.values, new_values], dim=2)\n"
+            "        self.length = self.keys.shape[2]\n"
+            "        return self.keys, self.values, causal_mask_with_offset(new_keys.shape[2], self.length)\n"
+            "\n"
+            "    def reset(self):\n"
+            "        self.keys, self.values = self.keys[:, :, :0], self.values[:, :, :0]\n"
+            "        self.length = 0\n")},
+        "fails": {"test_static_kv_cache": "max_len slots", "test_static_kv_cache_memory": "max_len tokens at once"},
+    },
+    # Part 1's mask for (T_new, max_len), as it comes: aligned to the last slot, it shows the empty slots
+    "static_mask_bottom_right": {
+        "kind": "mistake",
+        "cells": {"static_kv_cache": _static_with(
+            "        blocked = torch.arange(max_len) > torch.arange(self.length, end)[:, None]\n",
+            "        blocked = causal_mask_with_offset(t_new, max_len)\n")},
+        "fails": {"test_static_kv_cache": "length + i"},
+    },
+    "static_mask_empty_slots_only": {
+        "kind": "mistake",
+        "cells": {"static_kv_cache": _static_with(
+            "        blocked = torch.arange(max_len) > torch.arange(self.length, end)[:, None]\n",
+            "        blocked = (torch.arange(max_len) >= end).expand(t_new, max_len)\n")},
+        "fails": {"test_static_kv_cache": "length + i"},
+    },
+    "static_mask_from_slot_zero": {
+        "kind": "mistake",
+        "cells": {"static_kv_cache": _static_with(
+            "        blocked = torch.arange(max_len) > torch.arange(self.length, end)[:, None]\n",
+            "        blocked = torch.arange(max_len) > torch.arange(t_new)[:, None]\n")},
+        "fails": {"test_static_kv_cache": "length + i"},
     },
     "static_rebuilt_with_cat": {
         "kind": "mistake",
@@ -1078,15 +1142,16 @@ VARIANTS.update({
     },
     "static_returns_copies": {
         "kind": "mistake",
-        "cells": {"static_kv_cache": _static_with("return self.keys[:, :, :end], self.values[:, :, :end]",
-                                                  "return self.keys[:, :, :end].clone(), self.values[:, :, :end].clone()")},
-        "fails": {"test_static_kv_cache_memory": "copies"},
+        "cells": {"static_kv_cache": _static_with("return self.keys, self.values, blocked",
+                                                  "return self.keys.clone(), self.values.clone(), blocked")},
+        "fails": {"test_static_kv_cache_memory": "not a copy"},
     },
-    "static_returns_whole_buffer": {
+    "static_returns_stored_slots": {
         "kind": "mistake",
-        "cells": {"static_kv_cache": _static_with("return self.keys[:, :, :end], self.values[:, :, :end]",
-                                                  "return self.keys, self.values")},
-        "fails": {"test_static_kv_cache": "first `length` positions"},
+        "cells": {"static_kv_cache": _static_with("return self.keys, self.values, blocked",
+                                                  "return self.keys[:, :, :end], self.values[:, :, :end], "
+                                                  "blocked[:, :end]")},
+        "fails": {"test_static_kv_cache": "max_len slots"},
     },
     "static_writes_at_the_start": {
         "kind": "mistake",
@@ -1095,7 +1160,7 @@ VARIANTS.update({
             "        self.values[:, :, self.length:end] = new_values\n",
             "        self.keys[:, :, :t_new] = new_keys\n"
             "        self.values[:, :, :t_new] = new_values\n")},
-        "fails": {"test_static_kv_cache": "first `length` positions"},
+        "fails": {"test_static_kv_cache": "next free slots"},
     },
     "static_writes_before_checking": {
         "kind": "mistake",
@@ -1104,12 +1169,14 @@ VARIANTS.update({
             "            raise ValueError(f'{self.length} + {t_new} tokens do not fit max_len={max_len}')\n"
             "        self.keys[:, :, self.length:end] = new_keys\n"
             "        self.values[:, :, self.length:end] = new_values\n"
+            "        blocked = torch.arange(max_len) > torch.arange(self.length, end)[:, None]\n"
             "        self.length = end\n",
-            "        self.length = end\n"
+            "        start, self.length = self.length, end\n"
             "        if end > max_len:\n"
-            "            raise ValueError(f'{end - t_new} + {t_new} tokens do not fit max_len={max_len}')\n"
-            "        self.keys[:, :, end - t_new:end] = new_keys\n"
-            "        self.values[:, :, end - t_new:end] = new_values\n")},
+            "            raise ValueError(f'{start} + {t_new} tokens do not fit max_len={max_len}')\n"
+            "        self.keys[:, :, start:end] = new_keys\n"
+            "        self.values[:, :, start:end] = new_values\n"
+            "        blocked = torch.arange(max_len) > torch.arange(start, end)[:, None]\n")},
         "fails": {"test_static_kv_cache": "before you write anything"},
     },
     "static_no_overflow_check": {
@@ -1134,3 +1201,12 @@ VARIANTS.update({
         "fails": {"test_static_kv_cache_memory": "dtype"},
     },
 })
+
+# Rule 3 of the course: every transfer part fails the lesson's code adapted mechanically and the shortcut, and passes
+# two correct solutions in other styles.
+PROOF = {
+    "test_static_kv_cache": {"lesson": ["static_grows_like_part_3"], "shortcut": ["static_mask_bottom_right"],
+                             "correct": ["static_copy_narrow_tril", "static_index_copy_module"]},
+    "test_static_kv_cache_memory": {"lesson": ["static_grows_like_part_3"], "shortcut": ["static_rebuilt_with_cat"],
+                                    "correct": ["static_copy_narrow_tril", "static_index_copy_module"]},
+}

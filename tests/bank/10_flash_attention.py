@@ -183,8 +183,8 @@ VARIANTS = {
                       "    num_tokens, scale = keys.shape[-2], queries.shape[-1] ** -0.5\n",
                       "    return F.scaled_dot_product_attention(queries, keys, values, is_causal=causal)\n"
                       "    num_tokens, scale = keys.shape[-2], queries.shape[-1] ** -0.5\n"))},
-        "fails": {"test_online_softmax": "write the loop", "test_tiled_attention": "scaled_dot_product_attention",
-                  "test_tiled_attention_causal": "scaled_dot_product_attention",
+        "fails": {"test_online_softmax": "write the loop", "test_tiled_attention": "a library's",
+                  "test_tiled_attention_causal": "a library's",
                   "test_tiled_attention_memory": "as large as the (T, T)"},
     },
     "softmax_calls_torch_softmax": {
@@ -701,13 +701,13 @@ VARIANTS.update({
     "route_softmax_logcumsumexp": {"kind": "mistake", "cells": {"online_softmax": _ROUTE_SOFTMAX_LOGCUMSUMEXP},
                                    "fails": {"test_online_softmax": "logcumsumexp"}},
     "route_tiled_cpu_flash_kernel": {"kind": "mistake", "cells": {"tiled_attention": _ROUTE_TILED_CPU_FLASH},
-                                     "fails": {"test_tiled_attention": "torch.ops",
-                                               "test_tiled_attention_causal": "torch.ops",
-                                               "test_tiled_attention_memory": "torch.ops"}},
+                                     "fails": {"test_tiled_attention": "_scaled_dot_product_flash_attention",
+                                               "test_tiled_attention_causal": "_scaled_dot_product_flash_attention",
+                                               "test_tiled_attention_memory": "_scaled_dot_product_flash_attention"}},
     "route_magic_line_softmax_and_sdpa": {
         "kind": "mistake", "cells": {"online_softmax": _ROUTE_MAGIC_SOFTMAX, "tiled_attention": _ROUTE_MAGIC_SDPA},
-        "fails": {"test_online_softmax": "torch.softmax", "test_tiled_attention": "scaled_dot_product_attention",
-                  "test_tiled_attention_causal": "scaled_dot_product_attention",
+        "fails": {"test_online_softmax": "torch.softmax", "test_tiled_attention": "a library's",
+                  "test_tiled_attention_causal": "a library's",
                   # the visible memory test fails first, in the kernel: SDPA's math path makes the (T, T) weights
                   "test_tiled_attention_memory": "(T, T)"}},
 })
@@ -843,3 +843,106 @@ VARIANTS.update({
         "    return o / l\n"},
         "fails": {"test_tiled_attention": "two-pass", "test_tiled_attention_causal": "two-pass"}},
 })
+
+# memory-efficient attention written as others write it (issue 45): torch.utils.checkpoint around the student's own
+# block function, and blocks merged through their log-sum-exp with F.logsigmoid (logaddexp in another form)
+VARIANTS.update({
+    "checkpointed_block_function": {"kind": "correct", "cells": {"tiled_attention":
+        "from torch.utils.checkpoint import checkpoint\n"
+        "\n"
+        "\n"
+        "def _block(q, k, v, m, l, o, start, causal):\n"
+        "    s = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5\n"
+        "    if causal:\n"
+        "        later = torch.arange(start, start + k.shape[-2]) > torch.arange(q.shape[-2])[:, None]\n"
+        "        s = s.masked_fill(later, float('-inf'))\n"
+        "    m_new = torch.maximum(m, s.amax(-1, keepdim=True))\n"
+        "    p, alpha = torch.exp(s - m_new), torch.exp(m - m_new)\n"
+        "    return m_new, l * alpha + p.sum(-1, keepdim=True), o * alpha + p @ v\n"
+        "\n"
+        "\n"
+        "def tiled_attention(queries, keys, values, block_size, causal=False):\n"
+        "    if block_size < 1:\n"
+        "        raise ValueError(f'block_size={block_size}, expected at least 1')\n"
+        "    m = queries.new_full(queries.shape[:-1] + (1,), float('-inf'))\n"
+        "    l = queries.new_zeros(queries.shape[:-1] + (1,))\n"
+        "    o = queries.new_zeros(queries.shape[:-1] + values.shape[-1:])\n"
+        "    for start in range(0, keys.shape[-2], block_size):\n"
+        "        k, v = keys[..., start:start + block_size, :], values[..., start:start + block_size, :]\n"
+        "        m, l, o = checkpoint(_block, queries, k, v, m, l, o, start, causal, use_reentrant=False)\n"
+        "    return o / l\n"}},
+    "blocks_merged_with_logsigmoid": {"kind": "correct", "cells": {"tiled_attention":
+        "import torch.nn.functional as F\n"
+        "\n"
+        "\n"
+        "def tiled_attention(queries, keys, values, block_size, causal=False):\n"
+        "    if block_size < 1:\n"
+        "        raise ValueError('block_size must be >= 1')\n"
+        "    rows = torch.arange(queries.shape[-2])[:, None]\n"
+        "    out = lse = None\n"
+        "    for start in range(0, keys.shape[-2], block_size):\n"
+        "        s = queries @ keys[..., start:start + block_size, :].mT / queries.shape[-1] ** 0.5\n"
+        "        if causal:\n"
+        "            s = s.masked_fill(start + torch.arange(s.shape[-1]) > rows, float('-inf'))\n"
+        "        top = s.amax(-1, keepdim=True)\n"
+        "        top = torch.where(torch.isinf(top), torch.zeros_like(top), top)  # a row that sees none of this block\n"
+        "        p = torch.exp(s - top)\n"
+        "        total = p.sum(-1, keepdim=True)\n"
+        "        block_out = p @ values[..., start:start + block_size, :] / total.clamp_min(1e-30)\n"
+        "        block_lse = top + torch.log(total)\n"
+        "        if out is None:\n"
+        "            out, lse = block_out, block_lse\n"
+        "            continue\n"
+        "        diff = lse - block_lse  # the running lse is finite: every query sees key 0\n"
+        "        out = block_out + torch.sigmoid(diff) * (out - block_out)\n"
+        "        lse = lse - F.logsigmoid(diff)\n"
+        "    return out\n"}},
+    # right values, one block of keys at a time, but every tile's exponentials kept to the end: O(T^2) memory alive
+    "tiled_keeps_every_tile": {"kind": "mistake", "cells": {"tiled_attention":
+        "def tiled_attention(queries, keys, values, block_size, causal=False):\n"
+        "    if block_size < 1:\n"
+        "        raise ValueError(f'block_size must be at least 1, got {block_size}')\n"
+        "    m = torch.full_like(queries[..., :1], float('-inf'))\n"
+        "    rows = torch.arange(queries.shape[-2])[:, None]\n"
+        "    tiles = []\n"
+        "    for start in range(0, keys.shape[-2], block_size):\n"
+        "        s = queries @ keys[..., start:start + block_size, :].transpose(-2, -1) / queries.shape[-1] ** 0.5\n"
+        "        if causal:\n"
+        "            s = s.masked_fill(torch.arange(start, start + s.shape[-1]) > rows, float('-inf'))\n"
+        "        m_new = torch.maximum(m, s.amax(-1, keepdim=True))\n"
+        "        tiles.append((torch.exp(s - m_new), m_new, start))\n"
+        "        m = m_new\n"
+        "    l = sum(p.sum(-1, keepdim=True) * torch.exp(m_j - m) for p, m_j, _ in tiles)\n"
+        "    o = sum((p @ values[..., j:j + block_size, :]) * torch.exp(m_j - m) for p, m_j, j in tiles)\n"
+        "    return o / l\n"},
+        "fails": {"test_tiled_attention_memory": "at its peak"}},
+})
+
+# Part 3, the proof of the transfer part: the lesson's running update applied to the two workers as they come, and
+# the library's softmax over the two lse for the shares: both right until a query sees no key at all
+VARIANTS.update({
+    "merge_lesson_running_update": {"kind": "mistake", "cells": {"merge_attention":
+        "def merge_attention(out_a, lse_a, out_b, lse_b):\n"
+        "    for name, out, lse in (('lse_a', out_a, lse_a), ('lse_b', out_b, lse_b)):\n"
+        "        if lse.shape != out.shape[:-1]:\n"
+        "            raise ValueError(f'{name} has the wrong shape')\n"
+        "    m, l, o = lse_a[..., None], torch.ones_like(lse_a[..., None]), out_a\n"
+        "    new_max = torch.maximum(m, lse_b[..., None])\n"
+        "    l = l * torch.exp(m - new_max) + torch.exp(lse_b[..., None] - new_max)\n"
+        "    o = o * torch.exp(m - new_max) + torch.exp(lse_b[..., None] - new_max) * out_b\n"
+        "    return o / l, (new_max + torch.log(l))[..., 0]\n"},
+        "fails": {"test_merge_attention": "saw no key"}},
+    "merge_library_softmax_shares": {"kind": "mistake", "cells": {"merge_attention":
+        "def merge_attention(out_a, lse_a, out_b, lse_b):\n"
+        "    for name, out, lse in (('lse_a', out_a, lse_a), ('lse_b', out_b, lse_b)):\n"
+        "        if lse.shape != out.shape[:-1]:\n"
+        "            raise ValueError(f'{name} has the wrong shape')\n"
+        "    both = torch.stack([lse_a, lse_b])\n"
+        "    share = torch.softmax(both, dim=0)[..., None]\n"
+        "    return share[0] * out_a + share[1] * out_b, torch.logsumexp(both, dim=0)\n"},
+        "fails": {"test_merge_attention": "saw no key"}},
+})
+
+PROOF = {"test_merge_attention": {"lesson": ["merge_lesson_running_update"],
+                                  "shortcut": ["merge_library_softmax_shares"],
+                                  "correct": ["merge_logaddexp", "merge_sigmoid"]}}

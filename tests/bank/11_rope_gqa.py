@@ -163,8 +163,12 @@ VARIANTS = {
                 "        allowed = torch.ones(t, T, dtype=torch.bool).tril(T - t)\n"
                 "        if padding_mask is not None:\n"
                 "            allowed = allowed & ~padding_mask.view(b, 1, 1, T)\n"
-                "        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed,\n"
-                "                                             dropout_p=self.p if self.training else 0.0)\n"
+                "        if padding_mask is None:\n"
+                "            out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed,\n"
+                "                                                 dropout_p=self.p if self.training else 0.0)\n"
+                "        else:  # the lowest float instead of -inf: a row with no key left gets even weights, no nan\n"
+                "            scores = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~allowed, torch.finfo(q.dtype).min)\n"
+                "            out = F.dropout(scores.softmax(-1), self.p, self.training) @ v\n"
                 "        out = self.out_proj(out.permute(0, 2, 1, 3).reshape(b, t, -1))\n"
                 "        if padding_mask is not None:\n"
                 "            out = out.masked_fill(padding_mask.unsqueeze(-1), 0)\n"
@@ -248,14 +252,19 @@ VARIANTS = {
                 "                k = torch.cat((self.k_cache, k), dim=2)\n"
                 "                v = torch.cat((self.v_cache, v), dim=2)\n"
                 "            self.k_cache, self.v_cache = k, v\n"
-                "        from torch.nn.attention.bias import causal_lower_right\n"
-                "        mask = causal_lower_right(T, k.shape[2])\n"
-                "        if padding_mask is not None:\n"
+                "        if padding_mask is None:\n"
+                "            from torch.nn.attention.bias import causal_lower_right\n"
+                "            mask = causal_lower_right(T, k.shape[2])\n"
+                "            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,\n"
+                "                                               dropout_p=self.dropout if self.training else 0.0,\n"
+                "                                               enable_gqa=True)\n"
+                "        else:  # a filler query sees itself: no row is fully blocked\n"
                 "            keep = torch.ones(T, T, dtype=torch.bool).tril() & ~padding_mask[:, None, None, :]\n"
                 "            mask = keep | (torch.eye(T, dtype=torch.bool) & padding_mask[:, None, :, None])\n"
-                "        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,\n"
-                "                                           dropout_p=self.dropout if self.training else 0.0,\n"
-                "                                           enable_gqa=True)\n"
+                "            g = self.num_heads // self.num_kv_heads\n"
+                "            k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)\n"
+                "            w = (q @ k.transpose(-2, -1) / self.head_dim ** 0.5).masked_fill(~mask, float('-inf'))\n"
+                "            y = F.dropout(w.softmax(-1), self.dropout, self.training) @ v\n"
                 "        y = self.out_proj(y.transpose(1, 2).contiguous().view(B, T, -1))\n"
                 "        if padding_mask is not None:\n"
                 "            y = torch.where(padding_mask.unsqueeze(-1), torch.zeros_like(y), y)\n"
@@ -526,3 +535,31 @@ VARIANTS = {
                   "test_gqa_padding": "the parameters differ from the contract"},
     },
 }
+
+
+# Part 4's shortcut: the combined mask handed to SDPA, whose kernel gives a fully blocked row zeros, forward and backward
+VARIANTS["pad_through_sdpa"] = {
+    "kind": "mistake",
+    "cells": {"grouped_query_attention": _edit(
+        _CLASS, ("        k = k.repeat_interleave(group, dim=1)\n"
+                 "        v = v.repeat_interleave(group, dim=1)\n"
+                 "        blocked = torch.ones(t, k.shape[2], dtype=torch.bool).triu(k.shape[2] - t + 1)\n"
+                 "        if padding_mask is not None:\n"
+                 "            blocked = blocked | padding_mask[:, None, None, :]\n"
+                 "            blocked = blocked & ~blocked.all(-1, keepdim=True)\n"
+                 "        scores = (q @ k.transpose(-2, -1)).masked_fill(blocked, float('-inf'))\n"
+                 "        weights = self.dropout(torch.softmax(scores / self.head_dim ** 0.5, dim=-1))\n"
+                 "        out = self.out_proj((weights @ v).transpose(1, 2).reshape(b, t, self.d_out))\n",
+                 "        allowed = torch.ones(t, k.shape[2], dtype=torch.bool).tril(k.shape[2] - t)\n"
+                 "        if padding_mask is not None:\n"
+                 "            allowed = allowed & ~padding_mask[:, None, None, :]\n"
+                 "        context = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True,\n"
+                 "                                                 dropout_p=self.dropout.p if self.training else 0.0)\n"
+                 "        out = self.out_proj(context.transpose(1, 2).reshape(b, t, self.d_out))\n"))},
+    "fails": {"test_gqa_padding": "attention kernel"},
+}
+
+# Part 4 is the transfer part: the lesson's way out (a fully blocked row's output replaced afterwards) and the SDPA
+# shortcut fail it; a large negative fill with a filler seeing nothing, and a filler seeing itself, both pass
+PROOF = {"test_gqa_padding": {"lesson": ["pad_nan_rows_replaced_after"], "shortcut": ["pad_through_sdpa"],
+                              "correct": ["grouped_einsum", "cos_sin_cache_enable_gqa", "complex_rope_expand_sdpa"]}}

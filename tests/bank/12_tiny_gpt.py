@@ -618,6 +618,16 @@ VARIANTS = {
         "fails": {"test_train_step_accumulation": "the model read batches",
                   "test_train_step_accumulation_clipped": "ran the model on batches"},
     },
+    # the shortcut: the slices' losses summed, one backward at the end (right values, no memory saved)
+    "accumulation_one_backward_over_the_sum": {
+        "kind": "mistake",
+        "cells": {"train_step": _edit(
+            _TRAIN, ("        (part * len(logits) / b).backward()\n        loss = loss + part.detach() * len(logits) / b\n",
+                     "        loss = loss + part * len(logits) / b\n"),
+            ("    if max_grad_norm is not None:\n", "    loss.backward()\n    if max_grad_norm is not None:\n"))},
+        "fails": {"test_train_step_accumulation": "graph stays alive",
+                  "test_train_step_accumulation_clipped": "graph stays alive"},
+    },
     "accumulation_no_value_error": {
         "kind": "mistake",
         "cells": {"train_step": _edit(_TRAIN, ("    if micro_batch_size is not None and micro_batch_size < 1:\n"
@@ -626,3 +636,10 @@ VARIANTS = {
         "fails": {"test_train_step_accumulation": "did not raise"},
     },
 }
+
+# For each transfer part: the lesson's code adapted mechanically and the shortcut (both fail it), and two correct
+# solutions in other styles (full points).
+PROOF = {cell: {"lesson": ["accumulation_ignores_micro_batch_size"],
+                "shortcut": ["accumulation_one_backward_over_the_sum"],
+                "correct": ["sdpa_sequential_gumbel", "einsum_manual_sampling"]}
+         for cell in ("test_train_step_accumulation", "test_train_step_accumulation_clipped")}

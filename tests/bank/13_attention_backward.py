@@ -68,7 +68,7 @@ _FLASH_QUERY_TILES_OUTSIDE = (
     "                                          zip(k.to(work).split(block_k, dim=-2), v.to(work).split(block_k, dim=-2))):\n"
     "                sc = torch.einsum('bhid,bhjd->bhij', q_blk, k_blk) * scale\n"
     "                if causal:\n"
-    "                    i = torch.arange(qs, qs + q_blk.shape[-2])[:, None]\n"
+    "                    i = torch.arange(qs, qs + q_blk.shape[-2])[:, None] + k.shape[-2] - q.shape[-2]\n"
     "                    j = torch.arange(ks, ks + k_blk.shape[-2])[None, :]\n"
     "                    sc = torch.where(j > i, torch.full_like(sc, -1e30), sc)\n"
     "                new_max = torch.maximum(row_max, sc.amax(-1, keepdim=True))\n"
@@ -97,7 +97,8 @@ _FLASH_QUERY_TILES_OUTSIDE = (
     "                ke = min(ks + bk, k.shape[-2])\n"
     "                sc = qw[..., qs:qe, :] @ kw[..., ks:ke, :].mT * scale\n"
     "                if ctx.causal:\n"
-    "                    future = torch.arange(ks, ke)[None, :] > torch.arange(qs, qe)[:, None]\n"
+    "                    shift = k.shape[-2] - q.shape[-2]  # the queries are the last positions\n"
+    "                    future = torch.arange(ks, ke)[None, :] > torch.arange(qs, qe)[:, None] + shift\n"
     "                    sc = torch.where(future, torch.full_like(sc, -1e30), sc)\n"
     "                w = torch.exp(sc - lse[..., qs:qe].unsqueeze(-1))\n"
     "                dv[..., ks:ke, :] += w.mT @ gw[..., qs:qe, :]\n"
@@ -115,7 +116,8 @@ _EINSUM_LSE = (
     "    scale = q.shape[-1] ** -0.5 if scale is None else scale\n"
     "    s = torch.einsum('bhid,bhjd->bhij', q, k) * scale\n"
     "    if causal:\n"
-    "        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), -1e9)\n"
+    "        n_q, n_k = s.shape[-2:]\n"
+    "        s = s.masked_fill(torch.ones(n_q, n_k, dtype=torch.bool).triu(1 + n_k - n_q), -1e9)\n"
     "    p = s.softmax(-1)\n"
     "    dp = torch.einsum('bhid,bhjd->bhij', d_out, v)\n"
     "    # L = log sum exp(S): dL/dS = P, so d_lse adds P * d_lse to dS\n"
@@ -182,6 +184,95 @@ _TRITON_NORMALISED_EACH_BLOCK = _edit(
      "        l = l_new\n"),
     ("acc / l[:, None], mask=q_mask)", "acc, mask=q_mask)"))
 
+# Autograd through the setup cell's own reference, and autograd of L and O together: the shortcuts around Parts 1 and 3.
+_AUTOGRAD_BACKWARD = (
+    "def attention_backward(q, k, v, d_out, scale=None, causal=False):\n"
+    "    if d_out.shape != q.shape[:-1] + v.shape[-1:]:\n"
+    "        raise ValueError('d_out has the wrong shape')\n"
+    "    with torch.enable_grad():\n"
+    "        return tuple(g.to(q.dtype) for g in autograd_reference(q, k, v, d_out, scale, causal))\n"
+)
+_AUTOGRAD_LSE = (
+    "def attention_lse_backward(q, k, v, d_out, d_lse, scale=None, causal=False):\n"
+    "    if d_lse.shape != q.shape[:-1]:\n"
+    "        raise ValueError('d_lse has the wrong shape')\n"
+    "    with torch.enable_grad():\n"
+    "        leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]\n"
+    "        s = leaves[0] @ leaves[1].transpose(-2, -1) * (q.shape[-1] ** -0.5 if scale is None else scale)\n"
+    "        if causal:\n"
+    "            s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float('-inf'))\n"
+    "        return torch.autograd.grad((torch.softmax(s, -1) @ leaves[2], torch.logsumexp(s, -1)), leaves,\n"
+    "                                   (d_out, d_lse))\n"
+)
+_FUNC_VJP_BACKWARD = (
+    "def attention_backward(q, k, v, d_out, scale=None, causal=False):\n"
+    "    if d_out.shape != q.shape[:-1] + v.shape[-1:]:\n"
+    "        raise ValueError('d_out has the wrong shape')\n"
+    "    def forward(q, k, v):\n"
+    "        n_q, n_k = q.shape[-2], k.shape[-2]\n"
+    "        s = q @ k.transpose(-2, -1) * (q.shape[-1] ** -0.5 if scale is None else scale)\n"
+    "        if causal:\n"
+    "            s = s.masked_fill(torch.ones(n_q, n_k, dtype=torch.bool).triu(1 + n_k - n_q), float('-inf'))\n"
+    "        return torch.softmax(s, -1) @ v\n"
+    "    return torch.func.vjp(forward, q, k, v)[1](d_out)\n"
+)
+
+# PyTorch's own CPU flash-attention kernels, forward and backward, reached through torch.ops.
+_FLASH_ATEN = (
+    "class FlashAttention(torch.autograd.Function):\n"
+    "    @staticmethod\n"
+    "    def forward(ctx, q, k, v, causal=False, block_q=16, block_k=16):\n"
+    "        check_qkv(q, k, v)\n"
+    "        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal)\n"
+    "        ctx.save_for_backward(q, k, v, out, lse)\n"
+    "        ctx.causal = causal\n"
+    "        return out\n"
+    "\n"
+    "    @staticmethod\n"
+    "    def backward(ctx, d_out):\n"
+    "        q, k, v, out, lse = ctx.saved_tensors\n"
+    "        grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(\n"
+    "            d_out.contiguous(), q, k, v, out, lse, 0.0, ctx.causal)\n"
+    "        return (*grads, None, None, None)\n"
+)
+
+# The lesson's recomputation (its recomputed_attention), put in the backward: the forward again, through autograd.
+_FLASH_LESSON_RECOMPUTE = _edit(_FLASH, (
+    "        acc = lse.dtype\n",
+    "        with torch.enable_grad():\n"
+    "            leaves = [x.detach().requires_grad_() for x in (q, k, v)]\n"
+    "            s = leaves[0] @ leaves[1].transpose(-2, -1) * scale\n"
+    "            if causal:\n"
+    "                t_q, t_k = q.shape[-2], k.shape[-2]\n"
+    "                s = s.masked_fill(torch.ones(t_q, t_k, dtype=torch.bool).triu(1 + t_k - t_q), float('-inf'))\n"
+    "            grads = torch.autograd.grad(torch.softmax(s, dim=-1) @ leaves[2], leaves, d_out)\n"
+    "        return (*grads, None, None, None)\n"))
+
+# The lesson's kernel (one program per row, softmax_rows_kernel) used as it is: the scores and the weighted sum in
+# PyTorch around it.
+_TRITON_LESSON_SOFTMAX_ROWS = (
+    "@triton.jit\n"
+    "def softmax_rows_kernel(x_ptr, out_ptr, num_cols, BLOCK: tl.constexpr):\n"
+    "    row = tl.program_id(0)\n"
+    "    cols = tl.arange(0, BLOCK)\n"
+    "    inside = cols < num_cols\n"
+    "    x = tl.load(x_ptr + row * num_cols + cols, mask=inside, other=float('-inf'))\n"
+    "    e = tl.exp(x - tl.max(x, axis=0))\n"
+    "    tl.store(out_ptr + row * num_cols + cols, e / tl.sum(e, axis=0), mask=inside)\n"
+    "\n"
+    "\n"
+    "def flash_attention_forward_triton(q, k, v, causal=False):\n"
+    "    check_qkv(q, k, v)\n"
+    "    b, h, t, d = q.shape\n"
+    "    scores = (q.float() @ k.float().transpose(-2, -1) / math.sqrt(d))\n"
+    "    if causal:\n"
+    "        scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float('-inf'))\n"
+    "    scores = scores.reshape(-1, t).contiguous()\n"
+    "    weights = torch.empty_like(scores)\n"
+    "    softmax_rows_kernel[(scores.shape[0],)](scores, weights, t, BLOCK=triton.next_power_of_2(t))\n"
+    "    return weights.reshape(b, h, t, t) @ v.float()\n"
+)
+
 VARIANTS = {
     "einsum_rowsum_of_p_dp": {
         "kind": "correct",
@@ -232,7 +323,7 @@ VARIANTS = {
             _FLASH, ("ctx.save_for_backward(q, k, v, o, lse)",
                      "ctx.save_for_backward(q, k, v, o, lse, torch.softmax(scale * q @ k.transpose(-2, -1), -1))"),
             ("q, k, v, o, lse = ctx.saved_tensors", "q, k, v, o, lse = ctx.saved_tensors[:5]"))},
-        "fails": {"test_flash_attention_forward": "(T, T) tensor is saved"},
+        "fails": {"test_flash_attention_forward": "one of them (T, T)"},
     },
     "flash_backward_without_subtracting_l": {
         "kind": "mistake",
@@ -274,7 +365,7 @@ VARIANTS = {
     "lse_gradient_subtracted": {
         "kind": "mistake",
         "cells": {"attention_lse_backward": _edit(_LSE, (" + d_lse[..., None])", " - d_lse[..., None])"))},
-        "fails": {"test_attention_lse_backward": "what is dL/dS"},
+        "fails": {"test_attention_lse_backward": "whose gradient with respect to S is P"},
     },
     "triton_strides_exp2_no_dot": {
         "kind": "correct",
@@ -305,12 +396,68 @@ VARIANTS = {
         "cells": {"flash_attention_forward_triton": _edit(_TRITON, ("acc = acc * alpha[:, None] + ", "acc = acc + "))},
         "fails": {"test_flash_attention_forward_triton": "multiply it by exp(m_old - m_new)"},
     },
+    "backward_mask_top_left": {
+        "kind": "mistake",
+        "cells": {"attention_backward": _edit(_BACKWARD, ("triu(1 + t_k - t_q)", "triu(1)"))},
+        "fails": {"test_attention_backward_causal": "aligned top-left"},
+    },
+    "backward_through_autograd_reference": {
+        "kind": "mistake",
+        "cells": {"attention_backward": _AUTOGRAD_BACKWARD, "attention_lse_backward": _AUTOGRAD_LSE},
+        "fails": {"test_attention_backward": "built an autograd graph",
+                  "test_attention_backward_causal": "built an autograd graph",
+                  "test_attention_lse_backward": "built an autograd graph"},
+    },
+    "backward_through_torch_func_vjp": {
+        "kind": "mistake",
+        "cells": {"attention_backward": _FUNC_VJP_BACKWARD},
+        "fails": {"test_attention_backward": "not through autograd",
+                  "test_attention_backward_causal": "not through autograd"},
+    },
+    "flash_through_aten_cpu_kernels": {
+        "kind": "mistake",
+        "cells": {"FlashAttention": _FLASH_ATEN},
+        "fails": {"test_flash_attention_forward": "a library's kernel",
+                  "test_flash_attention_backward": "a library's kernel"},
+    },
+    "flash_backward_recomputes_like_the_lesson": {
+        "kind": "mistake",
+        "cells": {"FlashAttention": _FLASH_LESSON_RECOMPUTE},
+        "fails": {"test_flash_attention_backward": "a library's kernel"},
+    },
+    "triton_lesson_softmax_rows_kernel": {
+        "kind": "mistake",
+        "cells": {"flash_attention_forward_triton": _TRITON_LESSON_SOFTMAX_ROWS},
+        "fails": {"test_flash_attention_forward_triton": "the launcher ran aten."},
+    },
+    "triton_kernel_never_launched_sdpa": {
+        "kind": "mistake",
+        "cells": {"flash_attention_forward_triton": _edit(
+            _TRITON, ("    attention_forward_kernel[grid](", "    return F.scaled_dot_product_attention(q, k, v, "
+                      "is_causal=causal)\n    attention_forward_kernel[grid]("))},
+        "fails": {"test_flash_attention_forward_triton": "computes attention with PyTorch"},
+    },
     "triton_sdpa_instead_of_a_kernel": {
         "kind": "mistake",
         "cells": {"flash_attention_forward_triton": (
             "def flash_attention_forward_triton(q, k, v, causal=False):\n"
             "    check_qkv(q, k, v)\n"
             "    return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)\n")},
-        "fails": {"test_flash_attention_forward_triton": "@triton.jit kernel"},
+        "fails": {"test_flash_attention_forward_triton": "computes attention with PyTorch"},
+    },
+}
+
+# For each transfer part: the lesson's code adapted mechanically and the library or autograd shortcut (both fail it),
+# and two correct solutions in other styles (full points).
+PROOF = {
+    "test_flash_attention_backward": {
+        "lesson": ["flash_backward_recomputes_like_the_lesson", "flash_backward_through_the_whole_matrix"],
+        "shortcut": ["flash_through_aten_cpu_kernels"],
+        "correct": ["flash_query_tiles_outside_where_large_negative", "flash_key_default_blocks_changed"],
+    },
+    "test_flash_attention_forward_triton": {
+        "lesson": ["triton_lesson_softmax_rows_kernel"],
+        "shortcut": ["triton_kernel_never_launched_sdpa", "triton_sdpa_instead_of_a_kernel"],
+        "correct": ["triton_strides_exp2_no_dot", "triton_normalised_each_block"],
     },
 }

@@ -130,8 +130,12 @@ DIRECTION = ("divide each query and each key by its own length, the norm over it
              "a zero vector's length must not become a division by 0")
 
 
-def unit(x, dim=-1):
-    return x / x.norm(dim=dim, keepdim=True).clamp_min(1e-12)
+CLAMPED = ("a length clamped to a small minimum (clamp_min, F.normalize's or cosine_similarity's eps) shrinks the "
+           "scores of a short vector that is not zero: only a vector of length 0 may be treated apart")
+
+
+def unit(x, dim=-1, eps=1e-12):
+    return x / x.norm(dim=dim, keepdim=True).clamp_min(eps)
 
 
 def likely_direction_mistake(got, queries, keys):
@@ -140,7 +144,8 @@ def likely_direction_mistake(got, queries, keys):
     if torch.isnan(got).any():
         return ("a zero vector has length 0, and dividing by it gives nan: clamp the length to a small minimum (or "
                 "use torch.where) so that its scores are 0")
-    guesses = [(unit(q) @ k.transpose(-2, -1), "only the queries were divided by their lengths: the keys' lengths "
+    guesses = [*((unit(q, eps=eps) @ unit(k, eps=eps).transpose(-2, -1), CLAMPED) for eps in (1e-12, 1e-8, 1e-6)),
+               (unit(q) @ k.transpose(-2, -1), "only the queries were divided by their lengths: the keys' lengths "
                                                "still count, so divide each key by its own length too"),
                (q @ unit(k).transpose(-2, -1), "only the keys were divided by their lengths: divide each query by "
                                                "its own length too"),
@@ -184,6 +189,15 @@ def direction_scores(inputs):
     scales = torch.tensor([[1000.0], [0.001], [3.0]])
     checks.append(direction_check("direction_scores on random queries (3, 4) stretched by 1000, 0.001 and 3, and keys "
                                   "(5, 4)", inputs.randn(3, 4) * scales, inputs.randn(5, 4)))
+    # short vectors that are not zero: a length clamped to a minimum changes their scores
+    queries, keys = inputs.randn(3, 4), inputs.randn(5, 4)
+    queries[0] *= 1e-15
+    keys[1] *= 1e-13
+    checks.append(direction_check("direction_scores on random queries (3, 4) and keys (5, 4), query 0 shrunk by 1e-15 "
+                                  "and key 1 by 1e-13", queries, keys))
+    tiny = inputs.randn(2, 6) * 1e-15
+    checks.append(direction_check("direction_scores(tiny, tiny) on two random vectors of 6 entries shrunk by 1e-15",
+                                  tiny, tiny))
     return checks
 
 

@@ -2,8 +2,9 @@
 import torch
 
 from attention_course import data
-from attention_grader.judging import G, METHODS, Program, allow_only, call_check, default_judge, expect_value_error
-from attention_grader.judges.common import first_raised, tensor_of, with_other_hint
+from attention_grader.judging import (G, Check, Program, call_check, default_judge, expect_value_error,
+                                      raised_message)
+from attention_grader.judges.common import first_raised, tensor_of, with_hint, with_other_hint
 
 INPUTS = data.journey_inputs()
 SCORES = INPUTS @ INPUTS.T
@@ -11,19 +12,47 @@ SCORES = INPUTS @ INPUTS.T
 # already -inf and slices where nothing is visible.
 TRANSFER = {"test_softmax_masked", "test_softmax_masked_blocked"}
 NO_SOFTMAX = ("the exercise asks you to write softmax yourself: exponentiate, then divide by the sum, with elementary "
-              "operations (exp, max, sum, indexing...) and helpers of your own, not a library's softmax (torch.softmax, "
-              "softmin, log_softmax, nn.Softmax, distributions) nor a name reached by getattr, eval or torch.ops")
+              "operations (exp, max, sum, division...), not a library's softmax (torch.softmax, softmin, log_softmax, "
+              "nn.Softmax, distributions, scaled_dot_product_attention), whatever name reaches it")
+# What a library's softmax dispatches, whatever name reached it (torch.softmax, nn.Softmax, softmin, Categorical,
+# torch.ops...): judged from the aten operations the call ran in the kernel, not from the source. logsumexp is allowed:
+# exp(x - logsumexp(x)) is softmax written out.
+LIBRARY_SOFTMAX = {"_softmax", "_log_softmax", "_safe_softmax", "softmax", "log_softmax", "_masked_softmax",
+                   "_native_multi_head_attention"}
+LIBRARY_KERNELS = ("_scaled_dot_product", "_flash_attention", "_efficient_attention", "_fused_sdp", "_cudnn_attention")
 
 
-def how(part):
-    """Part 1 and 2's rule: elementary operations only (logsumexp too: exp(x - logsumexp(x)) is softmax written out)."""
-    return allow_only(part, part, NO_SOFTMAX, extra={"logsumexp"}, methods=METHODS | {"logsumexp"})
+def library_ops(ops):
+    return sorted({str(op) for op in ops if str(op) in LIBRARY_SOFTMAX or str(op).startswith(LIBRARY_KERNELS)})
+
+
+def how(part, x, **kwargs):
+    """`part` called on `x` with its operations traced in the kernel: none of them a library's softmax or attention
+    (a teaching check: a student who replaces the probe could forge the trace)."""
+    what = f"{part} on a random {tuple(x.shape)} input, its operations traced"
+    p = Program()
+    p.record(p.call(G(part), p.tensor(x), trace=0, **kwargs), "the result", NO_SOFTMAX)
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return None  # the calls say so
+        trace = got[0].get("trace") if isinstance(got[0], dict) else None
+        if not isinstance(trace, dict) or not isinstance(trace.get("ops"), list):
+            return f"{what}: its operations were not recorded"
+        used = library_ops(trace["ops"])
+        if used:
+            return (f"{what}: it ran aten.{used[0]}, a library's softmax or attention kernel, not your own "
+                    f"exponentials and sum\n  likely mistake: {NO_SOFTMAX}")
+        return None
+
+    return Check(what, p, judge=judge)
 
 
 def softmax_naive(inputs):
     hint = "exp(x) divided by its sum along `dim` (keepdim=True), for any number of dimensions"
     checks = [
-        *how("softmax_naive"),
+        how("softmax_naive", inputs.randn(3, 5)), how("softmax_naive", inputs.randn(4, 2, 3), dim=1),
         call_check("softmax_naive(attn_scores[1]), the scores of 'journey'", "softmax_naive", SCORES[1],
                    hint="exponentiate every score, then divide by the sum of the exponentials"),
         call_check("softmax_naive(tensor([2.0, -1.0, 0.5]))", "softmax_naive", torch.tensor([2.0, -1.0, 0.5]),
@@ -44,7 +73,7 @@ def softmax_naive(inputs):
 def softmax_stable(inputs):
     hint = "subtract the maximum along `dim` (keepdim=True), then exp(x) divided by its sum along `dim`"
     checks = [
-        *how("softmax_stable"),
+        how("softmax_stable", inputs.randn(3, 5)), how("softmax_stable", inputs.randn(4, 2, 3), dim=1),
         call_check("softmax_stable(attn_scores)", "softmax_stable", SCORES,
                    hint="normalise each row: use `dim` for the maximum and for the sum, both with keepdim=True"),
         call_check("softmax_stable(tensor([1000.0, 1001.0, 1002.0]))", "softmax_stable",
@@ -191,7 +220,47 @@ def softmax_masked(inputs):
     mask[:, 0], mask[:, 1] = False, True
     checks.append(masked_check("softmax_masked on a random (3, 8) input whose hidden entries are 1e4 larger",
                                x + 1e4 * mask, mask, hint=HIDDEN_MAX))
+    checks.append(gradient_check("backward of (softmax_masked([[0, 1, 1000]], 1000 hidden) * w).sum()",
+                                 torch.tensor([[0.0, 1.0, 1000.0]]), torch.tensor([[False, False, True]]),
+                                 torch.tensor([[1.0, -2.0, 3.0]])))
+    for shape, mask_shape, dim, scale in [((4, 7), (7,), -1, 3.0), ((2, 5, 6), (2, 1, 6), -1, 100.0),
+                                          ((6, 3), (6, 1), 0, 10.0)]:
+        x = inputs.randn(*shape, scale=scale)
+        mask = random_mask(inputs, mask_shape, 0.4)
+        mask.select(dim % len(shape) - (len(shape) - len(mask_shape)), 0).fill_(False)
+        checks.append(gradient_check(f"backward of (softmax_masked(x, mask, dim={dim}) * w).sum() on a random {shape} "
+                                     f"input whose hidden entries are 1e3 larger, a {mask_shape} mask",
+                                     x + 1e3 * mask, mask, inputs.randn(*shape), dim=dim))
     return checks
+
+
+EXP_FIRST = ("an entry is exponentiated before it is hidden: exp of a large hidden score is inf, and zeroing it "
+             "afterwards (masked_fill, torch.where, multiplying by 0) leaves 0 * inf = nan in the backward pass. Hide "
+             "the entries before exponentiating")
+
+
+def gradient_check(what, x, mask, w, dim=-1):
+    """The backward of softmax_masked: the gradient of (weights * w).sum() with respect to x, finite and right."""
+    p = Program()
+    leaf = p.call(p.tensor(x).attr("requires_grad_"), grad=True)
+    weights = p.call(G("softmax_masked"), leaf, p.tensor(mask), dim=dim, grad=True)
+    p.call(p.call(p.call(weights.attr("mul"), p.tensor(w), grad=True).attr("sum"), grad=True).attr("backward"),
+           grad=True)
+    p.record(leaf.attr("grad"), "the gradient with respect to x", MASKED)
+    check = Check(what, p)
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1])
+        if got and "tensor" in got[0]:
+            grad = tensor_of(got[0])
+            if grad.shape == x.shape and not torch.isfinite(grad).all():
+                return with_hint(f"{what}: the gradient holds nan or inf", EXP_FIRST)
+        return default_judge(check, got, want)
+
+    check.judge = judge
+    return check
 
 
 def bad_mask_check(what, x, mask):
@@ -229,6 +298,9 @@ def softmax_masked_blocked(inputs):
                           ("softmax_masked with a (2, 3, 5) bool mask on a (3, 5) input", inputs.randn(3, 5),
                            inputs.rand(2, 3, 5) < 0.5)]:
         checks.append(bad_mask_check(what, x, mask))
+    checks.append(masked_check("softmax_masked on a (2, 0) input (no keys) with a (0,) mask", torch.zeros(2, 0),
+                               torch.zeros(0, dtype=torch.bool),
+                               hint="an empty dimension gives an empty result of the shape of x, as torch.softmax does"))
     return checks
 
 

@@ -220,10 +220,6 @@ def shuffled_tokens_check(inputs):
 # Part 4: the transfer
 # ---------------------------------------------------------------------------------------------------------------
 
-SHARED = ("sa_v1 shares storage with sa_v2: nn.Parameter(sa_v2.W_query.weight.T) is a view of sa_v2's weight, so "
-          "training either module changes both; copy_ into sa_v1's own parameters under torch.no_grad(), or take "
-          ".clone() of the transposed weight")
-
 
 def transfer_check(inputs, d_in, d_out):
     """The student's transfer between stand-ins built from torch.nn only (an nn.ModuleDict of three nn.Linear layers
@@ -243,9 +239,8 @@ def transfer_check(inputs, d_in, d_out):
     p.record(sa_v1, "sa_v1 after the call", kind="state")
     p.record(sa_v1, "the parameters of sa_v1", kind="parameters")
     p.record(sa_v2, "sa_v2 after the call", kind="state")
-    for name in NAMES:  # training sa_v2 further must leave sa_v1 alone
-        p.call(nn.attr("init").attr("zeros_"), sa_v2.attr(name).attr("weight"))
-    p.record(sa_v1, "sa_v1 after sa_v2's weights changed", kind="state")
+    # Part 4 does not ask for separate copies: the book's solution (nn.Parameter(sa_v2.W_query.weight.T), a view of
+    # sa_v2's weight) is right here. Part 5 asks for them.
     transpose = "nn.Linear weights are (d_out, d_in) and the v1 matrices are (d_in, d_out): transpose the weight"
 
     def judge(got, want):
@@ -279,11 +274,7 @@ def transfer_check(inputs, d_in, d_out):
                              "copy into the existing parameter under torch.no_grad(), or assign an nn.Parameter")
         problem = with_hint(compare(got[3], want[3], f"{what}: sa_v2 after the call", EXACT),
                             "copy from sa_v2 into sa_v1, not the other way round, and leave sa_v2 as it was")
-        if problem:
-            return problem
-        if compare(got[4], got[1], "", EXACT):
-            return with_hint(f"{what}: sa_v1 changes when sa_v2's weights are changed in place afterwards", SHARED)
-        return None
+        return problem
 
     return Check(what, p, judge=judge)
 
@@ -302,7 +293,7 @@ def transfer_weights_v2_to_v1(inputs):
 # ---------------------------------------------------------------------------------------------------------------
 
 # Part 5 applies the lesson's weight transfer to a case it did not work through: a bias, and a module that has none.
-TRANSFER = {"test_transfer_biased_v2_to_v1", "test_transfer_biased_v2_to_v1_cases"}
+TRANSFER = {"test_transfer_biased_v2_to_v1", "test_transfer_biased_v2_to_v1_cases", "test_drop_idle_biases"}
 
 FOLD = ("[x, 1] @ M = x @ M[:-1] + M[-1]: the first d_in rows of the (d_in + 1, d_out) matrix are the layer's "
         "weight transposed (weight.T), the last row, which meets the feature that is always 1, is its bias")
@@ -438,6 +429,64 @@ def transfer_biased_v2_to_v1_cases(inputs):
     return checks
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Part 6: which biases make a difference (the lesson's attention on a case it did not work through: biases)
+# ---------------------------------------------------------------------------------------------------------------
+
+KEY_BIAS = ("the key bias adds q_i · b_key to every score of query i alike, and softmax cancels a shift shared by a "
+            "whole row: it never changes the weights, so it is the bias to zero")
+QUERY_BIAS = ("the query bias adds b_query · k_j to the score of key j, a different number for each key: it changes "
+              "the weights, so it must stay")
+VALUE_BIAS = ("the value bias adds b_value to every context vector (the weights sum to 1): it changes the output, so "
+              "it must stay")
+WEIGHTS_KEPT = "only biases may change: the weights of the three layers stay as they were"
+
+
+def idle_check(inputs, d_in, d_out, bias):
+    """drop_idle_biases on a stand-in (an nn.ModuleDict of three nn.Linear layers): the state it leaves."""
+    what = f"drop_idle_biases(sa_v2) with d_in={d_in}, d_out={d_out}, " + ("biases" if bias else "no biases")
+    nn = G("torch").attr("nn")
+    state = {}
+    for name in NAMES:
+        state.update(linear_state(inputs, name, d_in, d_out, bias))
+    p = Program()
+    sa_v2 = p.call(nn.attr("ModuleDict"), [(name, p.call(nn.attr("Linear"), d_in, d_out, bias=bias)) for name in NAMES])
+    p.load(sa_v2, state)
+    p.call(G("drop_idle_biases"), sa_v2, grad=True)  # with autograd on, as a student calls it
+    p.record(sa_v2, "sa_v2 after the call", kind="state")
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1], "a layer built with bias=False has .bias None" if not bias else "")
+        after = got[1].get("state") if len(got) > 1 and isinstance(got[1], dict) else None
+        if not isinstance(after, dict):
+            return f"{what}: sa_v2's state was not recorded"
+        for name in NAMES:
+            weight = after.get(f"{name}.weight")
+            if weight is None or compare({"tensor": weight}, {"tensor": encode(state[f"{name}.weight"])}, "", EXACT):
+                return with_hint(f"{what}: sa_v2.{name}.weight changed", WEIGHTS_KEPT)
+        if not bias:
+            return None
+        kept = {name: f"{name}.bias" in after and not compare(
+            {"tensor": after[f"{name}.bias"]}, {"tensor": encode(state[f"{name}.bias"])}, "", EXACT) for name in NAMES}
+        if not kept["W_query"]:
+            return with_hint(f"{what}: sa_v2.W_query.bias changed", QUERY_BIAS)
+        if not kept["W_value"]:
+            return with_hint(f"{what}: sa_v2.W_value.bias changed", VALUE_BIAS)
+        key = after.get("W_key.bias")
+        if key is not None and (tensor_of({"tensor": key}) != 0).any():
+            return with_hint(f"{what}: sa_v2.W_key.bias is not zero", KEY_BIAS)
+        return None
+
+    return Check(what, p, judge=judge)
+
+
+def drop_idle_biases(inputs):
+    return [idle_check(inputs, d_in, d_out, bias) for d_in, d_out, bias in
+            [(3, 2, True), (5, 3, True), (4, 4, True), (2, 7, True), (3, 2, False), (6, 4, False)]]
+
+
 CELLS = {
     "test_scaled_dot_product_attention": scaled_dot_product_attention,
     "test_self_attention_v1": self_attention_v1,
@@ -445,4 +494,5 @@ CELLS = {
     "test_transfer_weights_v2_to_v1": transfer_weights_v2_to_v1,
     "test_transfer_biased_v2_to_v1": transfer_biased_v2_to_v1,
     "test_transfer_biased_v2_to_v1_cases": transfer_biased_v2_to_v1_cases,
+    "test_drop_idle_biases": drop_idle_biases,
 }

@@ -2,7 +2,7 @@
 import torch
 
 from attention_course import data
-from attention_grader.judging import G, Program, call_check, expect_value_error
+from attention_grader.judging import G, Check, Program, call_check, expect_value_error
 from attention_grader.judges.common import (CLASS, attention_state, built_like_check, dropout_check, forward_check,
                                             linear_state, mask_buffer_check, returns_check, with_later_tokens_changed)
 # step 11 (in progress) imports these from here; new judges import them from common.py
@@ -168,8 +168,23 @@ def wrapper_to_split_checks(inputs, d_in, head_dim, context, heads, bias, dropou
     return checks
 
 
+def dtype_check(d_in, head_dim, context, heads):
+    """A float64 wrapper gives a float64 module (the reference runs in float64, the student's kernel in float32 by
+    default: the number of bytes per number tells them apart)."""
+    p = Program()
+    wrapper = p.call(p.call(G("MultiHeadAttentionWrapper"), d_in, head_dim, context, 0.0, num_heads=heads,
+                            qkv_bias=True).attr("double"))
+    mha = p.call(G("wrapper_to_split"), wrapper)
+    for name in ("W_query", "out_proj"):
+        p.record(p.call(mha.attr(name).attr("weight").attr("element_size")), f"bytes per number of mha.{name}.weight",
+                 "build the MultiHeadAttention with the wrapper's dtype (and device), and give out_proj that dtype too")
+    return Check(f"wrapper_to_split(MultiHeadAttentionWrapper({d_in}, {head_dim}, {context}, 0.0, num_heads={heads}, "
+                 "qkv_bias=True).double())", p)
+
+
 def wrapper_to_split(inputs):
     checks = wrapper_to_split_checks(inputs, 6, 3, 3, 2, False, 0.0, seed=123)
+    checks.append(dtype_check(4, 2, 5, 3))
     for d_in, head_dim, context, heads, bias, dropout in [(5, 3, 6, 2, False, 0.0), (4, 1, 4, 5, True, 0.0),
                                                           (7, 4, 5, 1, False, 0.0), (3, 2, 8, 3, True, 0.0),
                                                           (6, 3, 5, 4, False, 0.3)]:
@@ -177,18 +192,28 @@ def wrapper_to_split(inputs):
     return checks
 
 
-FOLD_HINT = ("a head's block of out_proj is applied after the weighted sum of the values, so it can only move into the "
-             "head's W_value (weight and bias: block @ rows of W_value); queries and keys must keep mha's own rows")
-REFUSE_HINT = ("a wrapper exists only when out_proj.weight is zero outside the heads' diagonal blocks and its bias is "
-               "zero: raise ValueError naming out_proj otherwise")
+FOLD_HINT = ("output block g of out_proj reads one head h through a head_dim x head_dim block B (not always h = g): "
+             "wrapper head g gets head h's query and key rows, and B applied after the weighted sum, which is B on "
+             "every value (W_value weight B @ rows, bias B @ bias); attention weights sum to 1, so out_proj's bias of "
+             "block g can join that value bias")
+REFUSE_HINT = ("no wrapper exists exactly when a block of head_dim output numbers of out_proj reads two heads or more, "
+               "or out_proj has a bias and the layers have none (a head without biases outputs 0 for a 0 input): "
+               "raise ValueError naming out_proj then, and only then")
+ACCEPT_HINT = ("a wrapper exists here: each block of head_dim outputs of out_proj reads at most one head, maybe not its "
+               "own, and a bias of out_proj can join the value bias when the layers have biases")
 SIZES_HINT = ("build MultiHeadAttentionWrapper(d_in, d_out // num_heads, context_length, dropout, num_heads, qkv_bias) "
               "from mha's sizes: the mask's size, dropout.p, and whether W_query has a bias")
 
 
-def block_diagonal_out_proj(inputs, d_out, heads):
-    """An out_proj weight that never mixes heads: random head_dim x head_dim blocks on the diagonal."""
+def routed_out_proj(inputs, d_out, heads, sources):
+    """An out_proj weight whose output block g reads only head sources[g] (None: no head) through a random block."""
     head_dim = d_out // heads
-    return torch.block_diag(*[inputs.randn(head_dim, head_dim, scale=0.5) for _ in range(heads)])
+    weight = torch.zeros(d_out, d_out)
+    for g, h in enumerate(sources):
+        if h is not None:
+            weight[g * head_dim:(g + 1) * head_dim, h * head_dim:(h + 1) * head_dim] = inputs.randn(head_dim, head_dim,
+                                                                                                    scale=0.5)
+    return weight
 
 
 def stand_in_mha(p, d_in, d_out, context, dropout, bias, state):
@@ -205,12 +230,14 @@ def stand_in_mha(p, d_in, d_out, context, dropout, bias, state):
     return mha
 
 
-def split_to_wrapper_checks(inputs, d_in, d_out, context, heads, bias, dropout):
+def split_to_wrapper_checks(inputs, d_in, d_out, context, heads, bias, dropout, sources, out_bias):
+    routes = ", ".join(f"{g}<-{'none' if h is None else h}" for g, h in enumerate(sources))
     what = (f"split_to_wrapper(mha, {heads}) for a module with MultiHeadAttention's attributes ({d_in} -> {d_out}, "
-            f"context_length={context}, dropout={dropout}, qkv_bias={bias}) whose out_proj does not mix heads")
+            f"context_length={context}, dropout={dropout}, qkv_bias={bias}) whose out_proj's output blocks read the "
+            f"heads {routes}" + (", with a bias" if out_bias else ", without a bias"))
     state = attention_state(inputs, d_in, d_out, bias)
-    state["out_proj.weight"] = block_diagonal_out_proj(inputs, d_out, heads)
-    state["out_proj.bias"] = torch.zeros(d_out)
+    state["out_proj.weight"] = routed_out_proj(inputs, d_out, heads, sources)
+    state["out_proj.bias"] = inputs.randn(d_out, scale=0.5) if out_bias else torch.zeros(d_out)
     p = Program()
     mha = stand_in_mha(p, d_in, d_out, context, dropout, bias, state)
     wrapper = p.call(G("split_to_wrapper"), mha, heads)
@@ -225,20 +252,40 @@ def split_to_wrapper_checks(inputs, d_in, d_out, context, heads, bias, dropout):
     p.record(wrapper.attr("heads")[0].attr("dropout").attr("p"), "a head's dropout probability", SIZES_HINT)
     p.record(wrapper.attr("heads")[heads - 1].attr("W_key").attr("bias"), "the last head's W_key.bias", SIZES_HINT)
     p.record(mha, "the module after the call", "read mha's weights, do not write to them", kind="state")
-    checks = [returns_check(what, p)]
+    checks = [with_raised_hint(returns_check(what, p), ACCEPT_HINT)]
 
-    for reason, weight, out_bias in (
-            ("out_proj mixes the heads", inputs.randn(d_out, d_out, scale=0.5), torch.zeros(d_out)),
-            ("out_proj has a bias", block_diagonal_out_proj(inputs, d_out, heads), inputs.randn(d_out, scale=0.5))):
-        if heads == 1 and reason == "out_proj mixes the heads":
-            continue  # one head: any out_proj is one block
-        refused = dict(state, **{"out_proj.weight": weight, "out_proj.bias": out_bias})
+    refusals = []
+    if heads > 1:  # one head: any out_proj is one block
+        head_dim = d_out // heads
+        two_heads = routed_out_proj(inputs, d_out, heads, range(heads))
+        two_heads[:head_dim, head_dim:2 * head_dim] = inputs.randn(head_dim, head_dim, scale=0.5)
+        refusals += [("out_proj's first output block reads heads 0 and 1", two_heads, torch.zeros(d_out)),
+                     ("out_proj mixes the heads", inputs.randn(d_out, d_out, scale=0.5), torch.zeros(d_out))]
+    if not bias:
+        refusals.append(("the layers have no biases and out_proj has one", routed_out_proj(inputs, d_out, heads, sources),
+                         inputs.randn(d_out, scale=0.5)))
+    for reason, weight, refused_bias in refusals:
+        refused = dict(state, **{"out_proj.weight": weight, "out_proj.bias": refused_bias})
         p = Program()
         p.call(G("split_to_wrapper"), stand_in_mha(p, d_in, d_out, context, dropout, bias, refused), heads)
         checks.append(with_expect_hint(expect_value_error(
             f"split_to_wrapper(mha, {heads}) for a module ({d_in} -> {d_out}) where {reason}", p, "out_proj"),
             REFUSE_HINT))
     return checks
+
+
+def with_raised_hint(check, hint):
+    """The check's message, with `hint` as the likely mistake where the student's function raised."""
+    judge = check.judge
+
+    def judged(got, want):
+        problem = judge(got, want)
+        if problem and first_raised(got):
+            return problem.split("\n  likely mistake: ")[0] + f"\n  likely mistake: {hint}"
+        return problem
+
+    check.judge = judged
+    return check
 
 
 def with_expect_hint(check, hint):
@@ -254,10 +301,13 @@ def with_expect_hint(check, hint):
 
 def split_to_wrapper(inputs):
     checks = []
-    for d_in, d_out, context, heads, bias, dropout in [(6, 6, 3, 2, True, 0.0), (5, 12, 6, 3, False, 0.0),
-                                                       (4, 8, 5, 4, True, 0.25), (3, 5, 4, 1, False, 0.0),
-                                                       (7, 10, 7, 5, True, 0.1)]:
-        checks += split_to_wrapper_checks(inputs, d_in, d_out, context, heads, bias, dropout)
+    # (d_in, d_out, context_length, num_heads, qkv_bias, dropout, the head each output block reads, out_proj's bias)
+    for d_in, d_out, context, heads, bias, dropout, sources, out_bias in [
+            (6, 6, 3, 2, True, 0.0, [0, 1], False), (5, 12, 6, 3, False, 0.0, [0, 1, 2], False),
+            (6, 6, 4, 2, True, 0.0, [1, 0], True), (4, 8, 5, 4, True, 0.25, [3, 3, None, 0], True),
+            (3, 5, 4, 1, False, 0.0, [0], False), (7, 10, 7, 5, True, 0.1, [0, 1, 2, 3, 4], True),
+            (4, 6, 5, 3, False, 0.0, [2, 0, 0], False)]:
+        checks += split_to_wrapper_checks(inputs, d_in, d_out, context, heads, bias, dropout, sources, out_bias)
     for d_out, heads in [(6, 4), (10, 3)]:
         p = Program()
         state = attention_state(inputs, 4, d_out, False)

@@ -28,7 +28,7 @@ SDPA_HINTS = dict(
     runs_hint="SDPA takes (b, num_heads, T, head_dim) queries, keys and values; build any mask for the actual "
               "number of tokens",
     value_hint="do not scale by sqrt(head_dim) yourself: SDPA does it already",
-    again_hint="SDPA applies dropout_p even in eval mode: pass dropout_p=self.dropout_p if self.training else 0.0",
+    again_hint="SDPA applies dropout_p even in eval mode: pass dropout_p=self.dropout.p if self.training else 0.0",
     causal_hint="the future leaks: pass is_causal=True, or a bool attn_mask that is True on and below the diagonal; "
                 + MASK_CONVENTION)
 
@@ -81,7 +81,7 @@ def combined_qkv(inputs):
     checks.append(dropout_check("MultiHeadAttentionCombinedQKV(4, 8, 6, 0.5, num_heads=2) on a random (2, 6, 4) input",
                                 cls, (4, 8, 6, 0.5, 2), fused_state(inputs, 4, 8, False), inputs.randn(2, 6, 4),
                                 inputs.seed(), "apply dropout (nn.Dropout) to the attention weights"))
-    return checks
+    return checks + argument_checks(cls)
 
 
 def argument_checks(cls):
@@ -199,10 +199,10 @@ def sdpa_attention(inputs):
     # 1000 copies of the batch in one call: each copy gets its own dropout pattern.
     checks.append(dropout_check("MultiHeadAttentionSDPA(4, 8, 6, 0.5, num_heads=2) on a random (2, 6, 4) input", cls,
                                 (4, 8, 6, 0.5, 2), attention_state(inputs, 4, 8, False), inputs.randn(2, 6, 4),
-                                inputs.seed(), "pass dropout_p=self.dropout_p while training", copies=1000,
+                                inputs.seed(), "pass dropout_p=self.dropout.p while training", copies=1000,
                                 mean_hint="dropout must keep the expected output: let SDPA apply it (dropout_p), do "
                                           "not rescale yourself"))
-    return checks
+    return checks + argument_checks(cls)
 
 
 PAD_HINT = ("SDPA reads a bool attn_mask as True = may attend, the opposite of is_padding: the keys' mask is "
@@ -277,24 +277,14 @@ def padded_sdpa_attention_left(inputs):
     return checks
 
 
-def combined_qkv_arguments(inputs):
-    return argument_checks("MultiHeadAttentionCombinedQKV")
-
-
-def sdpa_attention_arguments(inputs):
-    return argument_checks("MultiHeadAttentionSDPA")
-
-
 # Part 5 applies the lesson's mask convention to what the lesson did not work through: padded batches, right and left
 TRANSFER = {"test_padded_sdpa_attention", "test_padded_sdpa_attention_left"}
 
 CELLS = {
     "test_combined_qkv": combined_qkv,
-    "test_combined_qkv_arguments": combined_qkv_arguments,
     "test_combined_from_split": combined_from_split,
     "test_sdpa_causal_bool_mask": sdpa_causal_bool_mask,
     "test_sdpa_attention": sdpa_attention,
-    "test_sdpa_attention_arguments": sdpa_attention_arguments,
     "test_padded_sdpa_attention": padded_sdpa_attention,
     "test_padded_sdpa_attention_left": padded_sdpa_attention_left,
 }

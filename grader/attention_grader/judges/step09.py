@@ -8,8 +8,8 @@ import math
 
 import torch
 
-from attention_grader.judging import (G, Check, Expect, Inputs, Program, call_check, compare, expect_value_error,
-                                      raised_message)
+from attention_grader.judging import (G, Check, Expect, Inputs, Program, call_check, compare, default_judge,
+                                      expect_value_error, raised_message)
 from attention_grader.judges.common import (ANY_VALUES, attention_state, dropout_check, first_raised, random_chunks,
                                             tensor_of, with_hint)
 
@@ -153,9 +153,10 @@ def projections_check(inputs, chunks, d_in=4, d_out=6, heads=2, b=2):
                 return f"{what}: what the layers received was not recorded"
             for layer in ("W_key", "W_value"):
                 shapes = seen.get(layer)
-                if not isinstance(shapes, list) or not shapes:
-                    return with_hint(f"{what}: the call with tokens {first}-{first + size - 1} never calls "
-                                     f"self.{layer}", NEW_ONLY)
+                if not isinstance(shapes, list):
+                    return f"{what}: what self.{layer} received was not recorded"
+                # a layer never called is no evidence of work done again: a fused F.linear with its weight is fine
+                # (a cache that keeps inputs and projects them again is kept_keys_check's to find)
                 for shape in shapes:
                     tokens = (math.prod(shape[:-1]) // b if isinstance(shape, list) and shape and all(
                         isinstance(n, int) for n in shape) else None)
@@ -338,12 +339,66 @@ def attention_with_cache_arguments(inputs):
             overflow_check(4, [2, 1, 2])]
 
 
-RETURN_HINT = ("update returns everything stored so far, in order: the first `length` positions of keys and values, "
-               "after writing the new ones at positions length .. length + T_new - 1")
+RETURN_HINT = ("update writes the new keys and values at slots length .. length + T_new - 1 and returns self.keys and "
+               "self.values, all max_len slots, the same shapes at every call")
+MASK_HINT = ("new query i is token length + i (length before the update): it may see the slots up to its own, and no "
+             "later slot, written or empty; True = blocked")
+BOTTOM_RIGHT = ("this is Part 1's mask for t_k = max_len: aligned to the last slot, it treats the new tokens as the "
+                "last max_len slots, so they see the empty slots after them; new query i is token length + i and may "
+                "see slots 0 .. length + i only")
+NOT_CAUSAL = ("the mask blocks only the empty slots: a new query must not see the new tokens after it either (slots "
+              "0 .. length + i only)")
+TOP_LEFT_SLOTS = "new query i is token length + i, not token i: it also sees every slot stored before the update"
 FIT_HINT = "check that the new tokens fit before you write anything: a refused update must leave the cache as it was"
 IN_PLACE_HINT = ("allocate keys and values of max_len tokens once in __init__ and write new tokens into a slice of them "
                  "(slice assignment writes in place); torch.cat or a new tensor allocates again")
-VIEW_HINT = "return slices of self.keys and self.values (views that share their memory), not copies (clone, cat)"
+VIEW_HINT = "return self.keys and self.values themselves (all max_len slots), not copies (clone, cat) or new tensors"
+
+
+def slot_masks(start, size, max_len):
+    """The right mask of `size` new tokens after `start` stored ones, and the usual wrong ones with their hints."""
+    slots, tokens = torch.arange(max_len), torch.arange(start, start + size)[:, None]
+    right = slots > tokens
+    return right, ((slots > torch.arange(max_len - size, max_len)[:, None], BOTTOM_RIGHT),
+                   (slots >= start + size, NOT_CAUSAL), (slots > torch.arange(size)[:, None], TOP_LEFT_SLOTS),
+                   (slots > tokens - 1, OFF_BY_ONE), (slots > tokens + 1, OFF_BY_ONE), (~right, CONVENTION))
+
+
+def record_update(p, returned, start, size, max_len, masks):
+    """What one update returns: the shapes of keys and values, the stored slots, and the mask (recorded last)."""
+    end = start + size
+    for position, name in enumerate(("keys", "values")):
+        p.record(returned[position].attr("shape"), f"the shape of the {name} update returns after {end} tokens",
+                 RETURN_HINT)
+    for position, name in enumerate(("keys", "values")):
+        p.record(p.call(returned[position].attr("narrow"), 2, 0, end), f"slots 0-{end - 1} of the {name} update "
+                 f"returns after {end} tokens", RETURN_HINT)
+    masks[len(p.expects)] = (start, size, max_len)
+    p.record(returned[2], f"the mask update returns for tokens {start}-{end - 1} (max_len={max_len})", MASK_HINT)
+
+
+def with_mask_mistakes(check, masks):
+    """The default judge; where the first wrong record is a mask, the message names the mistake that gives it."""
+    def judge(got, want):
+        problem = default_judge(check, got, want)
+        if problem is None:
+            return None
+        for index, (start, size, max_len) in sorted(masks.items()):
+            label = check.program.expects[index].label
+            if f": {label}" not in problem or index >= len(got) or "tensor" not in got[index]:
+                continue
+            actual = tensor_of(got[index])
+            right, mistakes = slot_masks(start, size, max_len)
+            if tuple(actual.shape) != tuple(right.shape):
+                return problem
+            for mistake, hint in mistakes:
+                if torch.equal(actual.bool(), mistake):
+                    return with_hint(f"{check.what}: {label} has the wrong entries "
+                                     f"({int((actual.bool() != right).sum())} differ)", hint)
+        return problem
+
+    check.judge = judge
+    return check
 
 
 def chunk_sequence_check(inputs, b, heads, max_len, head_dim, chunks, again):
@@ -352,17 +407,18 @@ def chunk_sequence_check(inputs, b, heads, max_len, head_dim, chunks, again):
     p = Program()
     cache = p.call(G("StaticKVCache"), b, heads, max_len, head_dim)
     p.record(cache.attr("length"), "a new cache's length", "length counts the tokens stored: 0 at the start")
+    masks = {}
     for sequence in (chunks, again):
         keys, values = inputs.randn(b, heads, sum(sequence), head_dim), inputs.randn(b, heads, sum(sequence), head_dim)
         start = 0
         for size in sequence:
             returned = p.call(cache.attr("update"), p.tensor(keys[:, :, start:start + size]),
                               p.tensor(values[:, :, start:start + size]))
+            record_update(p, returned, start, size, max_len, masks)
             start += size
-            p.record(returned, f"what update returns after {start} tokens", RETURN_HINT)
             p.record(cache.attr("length"), f"length after {start} tokens", "length counts the tokens stored")
         p.call(cache.attr("reset"))
-    return Check(what, p)
+    return with_mask_mistakes(Check(what, p), masks)
 
 
 def refused_update_check(inputs, b, heads, max_len, head_dim, kept, extra):
@@ -375,8 +431,10 @@ def refused_update_check(inputs, b, heads, max_len, head_dim, kept, extra):
     p.call(cache.attr("update"), p.tensor(inputs.randn(b, heads, extra, head_dim)),
            p.tensor(inputs.randn(b, heads, extra, head_dim)), catch=True)
     p.record(cache.attr("length"), "length after the refused update", FIT_HINT)
-    p.record(p.call(cache.attr("update"), p.tensor(inputs.randn(b, heads, 1, head_dim)),
-                    p.tensor(inputs.randn(b, heads, 1, head_dim))), "what one more token's update returns", FIT_HINT)
+    returned = p.call(cache.attr("update"), p.tensor(inputs.randn(b, heads, 1, head_dim)),
+                      p.tensor(inputs.randn(b, heads, 1, head_dim)))
+    p.record(p.call(returned[0].attr("narrow"), 2, 0, kept + 1), "the keys one more token's update returns", FIT_HINT)
+    p.record(returned[2], "the mask one more token's update returns", FIT_HINT)
     raises = expect_value_error(what, p, "max_len").judge
 
     def judge(got, want):
@@ -388,7 +446,8 @@ def refused_update_check(inputs, b, heads, max_len, head_dim, kept, extra):
         problem = raises([caught] if caught else [], want)
         if problem:
             return problem
-        for index, label in ((1, "length after the refused update"), (2, "what one more token's update returns")):
+        for index, label in ((1, "length after the refused update"), (2, "the keys one more token's update returns"),
+                             (3, "the mask one more token's update returns")):
             if len(got) <= index:
                 return f"{what}: stopped before {label}"
             if "raised" in got[index]:
@@ -471,7 +530,7 @@ def memory_check(inputs, b, heads, max_len, head_dim, chunks):
                                  IN_PLACE_HINT)
             returned_keys, cache_keys, returned_values, cache_values = got[position + 2:position + 6]
             if returned_keys != cache_keys or returned_values != cache_values:
-                return with_hint(f"{what}: the keys or values returned by {label} are not views of cache.keys and "
+                return with_hint(f"{what}: the keys or values returned by {label} are not cache.keys and "
                                  "cache.values", VIEW_HINT)
             position += 6
         return None
@@ -503,7 +562,8 @@ def right_masks():
 STAND_INS = {"test_cached_attention": right_masks, "test_attention_with_cache": right_masks,
              "test_attention_with_cache_arguments": right_masks}
 
-# Part 4 asks for a cache the lesson did not build: preallocated, written in place, returning views
+# Part 4 asks for a cache the lesson did not build: preallocated, written in place, used by attention at fixed shapes
+# behind a mask whose offset is the number of tokens stored, not the bottom-right corner of Part 1
 TRANSFER = {"test_static_kv_cache", "test_static_kv_cache_memory"}
 
 CELLS = {

@@ -133,7 +133,7 @@ def apply_rope(inputs):
     return checks
 
 
-BFLOAT16 = ("an angle of thousands of radians in bfloat16 (8 bits of mantissa) is off by whole radians: compute the "
+BFLOAT16 = ("an angle of thousands of radians in bfloat16 (8 significant bits) is off by whole radians: compute the "
             "angles, cos and sin in float32 (or float64) and cast the result to x's dtype at the end")
 
 
@@ -575,6 +575,44 @@ def gradient_check(inputs, d_in, d_out, heads, kv_heads, num_tokens, b):
     return Check(what, p, judge=judge)
 
 
+LIBRARY_ATTENTION = ("_scaled_dot_product", "_flash_attention", "_efficient_attention", "_fused_sdp", "_cudnn_attention",
+                     "_native_multi_head_attention", "_safe_softmax", "_masked_softmax")
+OWN_MASKING = ("with a padding_mask, compute the scores, the masking and the weights with your own operations (softmax "
+               "itself is fine): a library attention kernel decides for you what a fully blocked row gives, which is "
+               "this part's point")
+
+
+def own_masking_check(inputs, d_in, d_out, heads, kv_heads, num_tokens, b):
+    """The forward pass on a left-padded batch (one sequence all padding), its operations recorded in the kernel: no
+    library attention kernel among them (a teaching check: a student who replaces the probe could forge the trace)."""
+    cls = "GroupedQueryAttention"
+    state = gqa_state(inputs, d_in, d_out, kv_heads * (d_out // heads), False)
+    x = inputs.randn(b, num_tokens, d_in)
+    pad = padded_lengths(inputs, b, num_tokens, "left")
+    what = (f"{cls}({d_in}, {d_out}, {num_tokens}, 0.0, {heads}, {kv_heads}) on a random left-padded batch "
+            f"{tuple(x.shape)} with padding_mask, watched operation by operation")
+    p = Program()
+    module = p.call(G(cls), d_in, d_out, num_tokens, 0.0, heads, kv_heads)
+    p.load(module, state, hint=PARAMETERS)
+    p.call(module.attr("eval"))
+    p.record(p.call(module, p.tensor(x), padding_mask=p.tensor(pad), trace=0), "the output", PAD_HINT, atol=1e-5,
+             rtol=1e-5)
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1], PAD_HINT)
+        trace = got[1].get("trace") if len(got) > 2 and isinstance(got[1], dict) else None
+        if not isinstance(trace, dict) or not isinstance(trace.get("ops"), list):
+            return f"{what}: its operations were not recorded"
+        used = sorted({str(op) for op in trace["ops"] if str(op).startswith(LIBRARY_ATTENTION)})
+        if used:
+            return with_hint(f"{what}: it ran aten.{used[0][:60]}, a library's attention kernel", OWN_MASKING)
+        return None  # the values are judged by the other checks of this cell
+
+    return Check(what, p, judge=judge)
+
+
 def padding_argument_check(what, call_kwargs, mask_shape):
     p = Program()
     module = p.call(G("GroupedQueryAttention"), 3, 8, 6, 0.0, 4, 2)
@@ -591,6 +629,7 @@ def gqa_padding(inputs):
         (6, 8, 4, 2, 5, 2, False, 10000.0, "none")]]
     checks.append(gradient_check(inputs, 5, 8, 4, 2, 6, 3))
     checks.append(gradient_check(inputs, 4, 12, 6, 3, 5, 4))
+    checks.append(own_masking_check(inputs, 6, 8, 4, 2, 6, 3))
     checks.append(padding_argument_check("GroupedQueryAttention(3, 8, 6, 0.0, 4, 2) on (2, 4, 3) with use_cache=True "
                                          "and a padding_mask", {"use_cache": True}, (2, 4)))
     checks.append(padding_argument_check("GroupedQueryAttention(3, 8, 6, 0.0, 4, 2) on (2, 4, 3) with a (2, 3) "

@@ -14,7 +14,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from attention_grader.judging import G, Check, Program, _kind, compare, default_judge, expect_value_error, generator
+from attention_grader.judging import (G, Check, Program, _kind, compare, default_judge, expect_value_error, generator,
+                                      raised_message)
 from attention_grader.judges.common import (attention_state, first_raised, linear_state, random_chunks, tensor_of,
                                             with_hint, with_other_hint)
 
@@ -709,6 +710,43 @@ def accumulation_check(inputs, vocab, b, num_tokens, micro, lr, optimizer="SGD",
     return check
 
 
+ONE_BACKWARD = ("every slice's graph stays alive until one backward at the end (a sum of the slices' losses), so "
+                "the memory grows with the batch as without micro-batches: call backward on each slice's share as "
+                "soon as it is computed, so that its activations are freed before the next slice runs")
+
+
+def accumulation_memory_check(inputs, vocab=8, num_tokens=16, sizes=(4, 16), clip=None):
+    """What accumulation is for, judged from what runs: with micro_batch_size=1 the memory a call holds at its peak
+    does not grow with the batch (each slice's graph is freed by its backward before the next slice's forward)."""
+    clipped = {} if clip is None else {"max_grad_norm": clip}
+    what = (f"train_step(model, AdamW, inputs, targets{'' if clip is None else f', max_grad_norm={clip}'}, "
+            f"micro_batch_size=1) with a BigramModel({vocab}, {num_tokens}) on random ids of {sizes[0]} and of "
+            f"{sizes[1]} sequences of {num_tokens} tokens")
+    p = Program()
+    for b in sizes:
+        model, _ = bigram(p, inputs, vocab, num_tokens, scale=1.0)
+        step_rule = p.call(G("torch").attr("optim").attr("AdamW"), p.call(model.attr("parameters")), lr=0.01)
+        ids = torch.tensor([[inputs.randint(0, vocab) for _ in range(num_tokens + 1)] for _ in range(b)])
+        p.call(G("train_step"), model, step_rule, p.tensor(ids[:, :-1]), p.tensor(ids[:, 1:]), grad=True,
+               measure=True, micro_batch_size=1, **clipped)
+
+    def judge(got, _reference):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1])
+        peaks = [r["memory"].get("peak_bytes") for r in got
+                 if isinstance(r, dict) and isinstance(r.get("memory"), dict)]
+        if len(peaks) != 2 or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in peaks):
+            return f"{what}: the memory of its calls was not recorded"
+        if peaks[1] > 1.5 * peaks[0]:
+            return (f"{what}: at its peak the call held {peaks[0]:,} bytes on {sizes[0]} sequences and "
+                    f"{peaks[1]:,} bytes on {sizes[1]}, {peaks[1] / peaks[0]:.1f} times as much\n  likely mistake: "
+                    + ONE_BACKWARD)
+        return None
+
+    return Check(what, p, judge=judge)
+
+
 def micro_value_error_check():
     p = Program()
     model = p.call(G("BigramModel"), 4, 5)
@@ -724,13 +762,15 @@ def accumulation_checks(inputs):
         (5, 6, 4, 2, 1.0), (6, 7, 3, 3, 1.0), (4, 5, 5, 1, 0.5), (7, 4, 6, 4, 1.0), (5, 8, 3, 8, 1.0),
         (6, 5, 4, 3, 0.05, "AdamW", None, 3), (4, 3, 5, 5, 1.0)]]
     checks.append(micro_value_error_check())
+    checks.append(accumulation_memory_check(inputs))
     return checks
 
 
 def accumulation_clipped_checks(inputs):
     return [accumulation_check(inputs, *case) for case in [
         (5, 7, 4, 3, 1.0, "SGD", 0.05), (6, 5, 5, 2, 1.0, "SGD", 0.02), (4, 6, 3, 4, 1.0, "SGD", 0.1),
-        (5, 9, 4, 2, 0.05, "AdamW", 0.5, 2), (7, 4, 6, 5, 1.0, "SGD", 1e-3)]]
+        (5, 9, 4, 2, 0.05, "AdamW", 0.5, 2), (7, 4, 6, 5, 1.0, "SGD", 1e-3)]] + [
+        accumulation_memory_check(inputs, clip=0.5)]
 
 
 CELLS = {

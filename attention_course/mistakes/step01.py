@@ -1,0 +1,46 @@
+"""The likely mistakes the visible tests of step 01 name when a check fails."""
+
+LIKELY = {'attention_scores_for_query-1': 'return one number per token; multiplying element-wise without summing over d gives '
+                                 'shape (T, d)',
+ 'attention_scores_for_query-2': 'entry i is the sum over d of inputs[i, d] * query[d]',
+ 'attention_scores_for_query-3': '`@` treats a (b, d) stack of queries as one (b, d) matrix, not as b separate '
+                                 "vectors: give each sentence's query a shape that meets only its own sentence",
+ 'attention_scores_for_query-4': 'one score per token of each sentence; a (2, 6, 2) result scores every sentence '
+                                 'against every query',
+ 'attention_scores_for_query-5': 'sentence 1 must be scored against query 1 only (not the first query, not a sum '
+                                 'over queries)',
+ 'attention_scores_single-1': '(T, d) times (d, T) gives (T, T); the transpose as the first factor gives (d, d) '
+                              'instead',
+ 'attention_scores_single-2': 'row i should equal attention_scores_for_query(inputs, inputs[i])',
+ 'attention_scores_single-3': 'x_i · x_j equals x_j · x_i, so the matrix must be symmetric',
+ 'attention_scores_batched-1': 'batch.T reverses all three dimensions (and warns that it is deprecated): only the '
+                               'last two may trade places',
+ 'attention_scores_batched-2': 'batch.T reverses all three dimensions, and a transposed first factor gives (d, d): '
+                               "each sentence's (T, d) times its transpose (d, T) gives (T, T)",
+ 'attention_scores_batched-3': 'each sentence of the batch is scored on its own',
+ 'cross_attention_scores-1': 'one row per query and one column per key: (T_q, d) against (T_k, d) gives (T_q, T_k)',
+ 'cross_attention_scores-2': "row i holds query i's scores: the rows of the full score matrix that belong to the new "
+                             'tokens',
+ 'cross_attention_scores-3': 'rows are queries, columns are keys: a (3, 6) result has them the other way round',
+ 'cross_attention_scores-4': 'entry [i, j] is queries[i] · keys[j]',
+ 'cross_attention_scores-5': "only the last two dimensions of each sequence's keys may trade places; `.T` reverses "
+                             'all three dimensions of a batch',
+ 'cross_attention_scores-6': "the batch dimension stays in front; each sequence's (T_q, d) queries meet its own "
+                             '(T_k, d) keys',
+ 'cross_attention_scores-7': 'each sequence of the batch is scored on its own',
+ 'cross_attention_scores_broadcast-1': 'keys without a batch dimension serve every sequence: the product must '
+                                       'broadcast',
+ 'cross_attention_scores_broadcast-2': "the queries' batch dimension stays in front; the keys broadcast against it",
+ 'cross_attention_scores_broadcast-3': 'entry [b, i, j] is queries[b, i] · keys[j]',
+ 'cross_attention_scores_broadcast-4': 'a leading dimension of size 1 in the keys must broadcast against the '
+                                       "queries'",
+ 'cross_attention_scores_broadcast-5': '(b, H, T_q, d) against (b, 1, T_k, d) gives (b, H, T_q, T_k)',
+ 'cross_attention_scores_broadcast-6': 'entry [b, h, i, j] is queries[b, h, i] · keys[b, 0, j]',
+ 'direction_scores-1': 'one row per query, one column per key',
+ 'direction_scores-2': "'one' against itself must score 1: each score may depend on the angle between the two "
+                       'vectors only',
+ 'direction_scores-3': 'stretching a query by 10 or the keys by 1/4 must leave every score unchanged: what is each '
+                       "vector's own size, and how can a score stop depending on it?",
+ 'direction_scores-4': 'a zero vector has length 0: dividing by it gives nan; its scores must be 0',
+ 'direction_scores-5': 'the leading dimensions broadcast as in Part 5',
+ 'direction_scores-6': 'each query and each key must be measured by its own length, over its last dimension'}

@@ -1,0 +1,43 @@
+"""Step 11's likely mistakes, shown by the visible tests only when their check fails."""
+LIKELY = {
+    "rope-shape": "return a tensor of x's shape",
+    "rope-values": "pair i is (x[i], x[i + head_dim/2]), rotated by p * base ** (-2 * i / head_dim)",
+    "rope-pairs": "the pairs are interleaved (x[2i], x[2i + 1]), the RoFormer paper's convention; this course uses "
+                  "rotate-half pairs (x[i], x[i + head_dim/2]), as Hugging Face's Llama does",
+    "rope-direction": "the rotation goes the wrong way: the first half is x1 * cos - x2 * sin, the second "
+                      "x1 * sin + x2 * cos",
+    "rope-positions": "the row was not rotated: rotate row t by positions[t] (here 1), not by t; the positions need "
+                      "not start at 0",
+    "rope-angles": "the angle of pair i is p * base ** (-2 * i / head_dim): the exponent has a factor 2",
+    "rope-input": "use out-of-place operations",
+    "rope-batched": "rotate the last dimension of every row",
+    "rope-position-0": "position 0 has angle 0 in every pair: it is not rotated",
+    "rope-norm": "a rotation keeps lengths: each pair gets cos and sin of the same angle",
+    "rope-shift": "use the positions you are given, not 0 .. T-1",
+    "rope-distance": "the score of a query at m and a key at n depends only on m - n when both use the same angles",
+    "rope-head-dim-2": "with head_dim 2 the one pair is (x[0], x[1]), angle = position, whatever the base",
+    "rope-dtype": "return x's dtype",
+    "rope-bfloat16": "at position 4000 an angle in bfloat16 is off by radians: compute angles, cos and sin in float32",
+    "mask-shape": "one row per sequence, one column per position",
+    "mask-dtype": "compare positions with the lengths (>=), which gives bools",
+    "mask-entries": "True at position j of sequence k when j >= lengths[k]",
+    "mask-convention": "True means padding, blocked (step 04's convention): True = keep is SDPA's attn_mask convention",
+    "mask-side": "the padding goes at the end (right padding): the real tokens come first",
+    "gqa-parameters": "W_key and W_value project to num_kv_heads * head_dim = 2 * 2 numbers, W_query to d_out",
+    "gqa-shape": "the output has d_out = 8 numbers per token",
+    "gqa-values": "query head h reads key/value head h // (num_heads // num_kv_heads) (repeat_interleave, not repeat); "
+                  "RoPE on queries and keys, not on values; scores / sqrt(head_dim), causal mask",
+    "gqa-cache": "offset the positions by the number of kept tokens: the new tokens sit at kept, kept + 1, ... and are "
+                 "rotated there; append their keys and values to the cache and attend to all of them with the mask "
+                 "aligned to the bottom-right corner",
+    "gqa-reset": "reset_cache() must forget the kept keys and values",
+    "padded-shape": "one output row per position, padded or not",
+    "padded-finite": "a filler at the start of a left-padded row may see no key at all: what does softmax make of that "
+                     "row?",
+    "padded-real": "block the padded keys for every query of their sequence, in every head; and think about which "
+                   "distances RoPE sees",
+    "padded-zeros": "the output rows of padded positions must be zeros (the out_proj bias counts too)",
+    "padded-grads": "a query row with every key blocked gives nan weights, and backward multiplies by them, even where "
+                    "the row's output was replaced afterwards",
+    "padded-none": "a mask without padding changes nothing",
+}
