@@ -126,7 +126,7 @@ def graded_with_kernels(request, base_course):
         for name, variant in identity_sample(step).items():
             harness.submit(course_dir, name, step, harness.variant_submission(step, variant) if variant else
                            (ROOT / "release" / step / f"{step}.ipynb").read_text())
-        result = harness.nbgrader(course_dir, "autograde", step, "--force", "--Execute.timeout=10", check=False,
+        result = harness.nbgrader(course_dir, "autograde", step, "--force", "--Execute.timeout=30", check=False,
                                   env={"COURSE_EXECUTOR": "kernel"})
         try:
             return {s: harness.cell_scores(course_dir, step, s) for s in [ANSWER_KEY, *identity_sample(step)]}
