@@ -7,11 +7,10 @@ LIKELY = {
                      "may be shorter than block_k"),
     "flash-saved": "save L (b, H, T), not the weights: the backward recomputes each tile's weights from it",
     "flash-saved-lse": "save the log-sum-exp L = m + log(l), one number per query, with ctx.save_for_backward",
-    "flash-gradients": ("rebuild each tile's weights from the scores and the saved log-sum-exp, masked as in the "
-                        "forward, then compare each tile's dS with Part 1's formula: which quantity per query does it "
-                        "need, and is it computed once or per tile?"),
-    "lse-gradients": ("d_lse reaches the scores only through the log-sum-exp: what is the derivative of "
-                      "logsumexp(S) with respect to each score, and which row of dS does it add to?"),
+    "flash-gradients": ("each tile's weights are exp(s - L) for the tile's scores s, masked like the forward; D = "
+                        "rowsum(dO * O) once per query, then dS = P * (dP - D) tile by tile"),
+    "lse-gradients": ("d_lse reaches S through L = logsumexp(S), whose gradient with respect to S is P: each row of dS "
+                      "gains P * d_lse"),
     "triton-output": ("a key past T, or after its query when causal, must get score -inf; when the maximum grows, "
                       "multiply the sum and the output kept so far by exp(m_old - m_new); divide by the sum at the "
                       "end"),
