@@ -81,7 +81,7 @@ class SanitizeStudentHTML(SanitizeHTML):
             data = output.get("data", {})
             for key in ("text/html", "text/markdown"):
                 if key in data and self.as_text(str(data[key])):
-                    data["text/plain"] = self.shown(str(data.pop(key)))
+                    data["text/plain"] = str(data.pop(key))  # cut once, below
             for key in ("text/plain", "text/latex", "text/html", "text/markdown"):
                 if key in data:
                     data[key] = self.shown(str(data[key]))

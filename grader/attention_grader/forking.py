@@ -314,8 +314,7 @@ class Zygote:
         """Run the sources in a fresh child, the cells at the indices `tests` each in a throwaway fork; yield its
         messages ({"cell": i, ...}, then {"end": ...})."""
         self.stopped = None
-        # never less than one cell's timeout and the relay's 10 s to see that it could not be interrupted
-        self.total_time = max(NOTEBOOK_TIME * cell_timeout, cell_timeout + 20)
+        self.total_time = notebook_time(cell_timeout)
         self.deadline = time.monotonic() + self.total_time
         self.cpu_seen, self.cpu_ahead, self.cpu_checked = 0.0, -CPU_BURST, time.monotonic()
         self._send({"cell_timeout": cell_timeout, "memory_limit": memory_limit})
@@ -380,6 +379,12 @@ def _descendants(root):
             found.append(child)
             todo.append(child)
     return found
+
+
+def notebook_time(cell_timeout):
+    """Seconds a notebook's cells may run together: NOTEBOOK_TIME cell timeouts, never less than one cell's timeout
+    and the relay's 10 s to see that a cell could not be interrupted."""
+    return max(NOTEBOOK_TIME * cell_timeout, cell_timeout + 20)
 
 
 def _cpu_seconds(pid):
@@ -615,9 +620,7 @@ def _drop_capabilities():
     _check(libc.prctl(38, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
 
 
-# Memory a process can hold without mapping it, out of the watcher's sight: anonymous files (memfd_create,
-# memfd_secret) and System V shared memory (shmget). x86_64 and aarch64 numbers.
-# Refused to a notebook: memory no process's size shows (memfd_create, memfd_secret, shmget, msgget, io_uring_setup,
+# x86_64 and aarch64 numbers of the calls refused to a notebook: memory no process's size shows (memfd_create, memfd_secret, shmget, msgget, io_uring_setup,
 # and socket and socketpair, whose buffers a notebook without a network needs for nothing), and setsid (a session is
 # a scheduler group of its own: two dozen of them took the machine from the notebooks graded beside it).
 REFUSED_CALLS = {"x86_64": (0xC000003E, [319, 447, 29, 68, 425, 41, 53, 112]),

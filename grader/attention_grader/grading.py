@@ -410,12 +410,11 @@ def _grade_class(root, assignments, students, workers, csv_path, timeout, feedba
                    if any(not w.ready.get("sandboxed") for w in pool) else "")
     if unsandboxed:
         print(unsandboxed, file=out)
-    # A batch may take as long as its notebooks' total times (forking.NOTEBOOK_TIME cell timeouts each) and a minute
-    # per notebook for nbgrader's own work; a worker past that is ended, and its batch graded again one notebook at a
-    # time, so that one notebook that holds a worker costs its classmates no more than its own time.
-    from attention_grader.forking import NOTEBOOK_TIME
-    cell_timeout = timeout or course_config(root).ForkingExecute.get("timeout", 60)
-    per_notebook = max(NOTEBOOK_TIME * cell_timeout, cell_timeout + 20) + 60
+    # A batch may take as long as its notebooks' total times and a minute per notebook for nbgrader's own work; a
+    # worker past that is ended, and its batch graded again one notebook at a time, so that one notebook that holds a
+    # worker costs its classmates no more than its own time.
+    from attention_grader.forking import notebook_time
+    per_notebook = notebook_time(timeout or course_config(root).ForkingExecute.get("timeout", 60)) + 60
     busy = {}
     for w in pool:
         if queue:
