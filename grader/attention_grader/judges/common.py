@@ -6,6 +6,19 @@ import torch
 from attention_course.probe import decode_tensor
 from attention_grader.judging import G, Check, Expect, Program, compare, default_judge, raised_message
 
+# PyTorch's attention kernels, by the start of their aten names, and its softmax operations: a part that asks for the
+# student's own computation runs none of them, whatever name reached them (judged from the operations traced in the
+# kernel, a teaching check: a student who replaces the probe could forge the trace).
+ATTENTION_KERNELS = ("_scaled_dot_product", "scaled_dot_product", "_flash_attention", "_efficient_attention",
+                     "_fused_sdp", "_cudnn_attention", "_native_multi_head_attention")
+SOFTMAX_OPS = frozenset({"_softmax", "_log_softmax", "_safe_softmax", "softmax", "log_softmax", "_masked_softmax"})
+
+
+def library_ops(ops, refused=()):
+    """The operations of a trace that are one of PyTorch's attention kernels or named in `refused`, sorted."""
+    return sorted({str(op) for op in ops if str(op).startswith(ATTENTION_KERNELS) or str(op) in refused})
+
+
 ANY_VALUES = Expect("", atol=float("inf"))
 EXACT = Expect("", atol=0, rtol=0)
 INPLACE = "use out-of-place operations on x"

@@ -4,7 +4,8 @@ import torch
 from attention_course import data
 from attention_grader.judging import (G, Check, Program, call_check, default_judge, expect_value_error,
                                       raised_message)
-from attention_grader.judges.common import first_raised, tensor_of, with_hint, with_other_hint
+from attention_grader.judges.common import (SOFTMAX_OPS, first_raised, library_ops, tensor_of, with_hint,
+                                            with_other_hint)
 
 INPUTS = data.journey_inputs()
 SCORES = INPUTS @ INPUTS.T
@@ -17,15 +18,6 @@ NO_SOFTMAX = ("the exercise asks you to write softmax yourself: exponentiate, th
 # What a library's softmax dispatches, whatever name reached it (torch.softmax, nn.Softmax, softmin, Categorical,
 # torch.ops...): judged from the aten operations the call ran in the kernel, not from the source. logsumexp is allowed:
 # exp(x - logsumexp(x)) is softmax written out.
-LIBRARY_SOFTMAX = {"_softmax", "_log_softmax", "_safe_softmax", "softmax", "log_softmax", "_masked_softmax",
-                   "_native_multi_head_attention"}
-LIBRARY_KERNELS = ("_scaled_dot_product", "_flash_attention", "_efficient_attention", "_fused_sdp", "_cudnn_attention")
-
-
-def library_ops(ops):
-    return sorted({str(op) for op in ops if str(op) in LIBRARY_SOFTMAX or str(op).startswith(LIBRARY_KERNELS)})
-
-
 def how(part, x, **kwargs):
     """`part` called on `x` with its operations traced in the kernel: none of them a library's softmax or attention
     (a teaching check: a student who replaces the probe could forge the trace)."""
@@ -40,7 +32,7 @@ def how(part, x, **kwargs):
         trace = got[0].get("trace") if isinstance(got[0], dict) else None
         if not isinstance(trace, dict) or not isinstance(trace.get("ops"), list):
             return f"{what}: its operations were not recorded"
-        used = library_ops(trace["ops"])
+        used = library_ops(trace["ops"], SOFTMAX_OPS)
         if used:
             return (f"{what}: it ran aten.{used[0]}, a library's softmax or attention kernel, not your own "
                     f"exponentials and sum\n  likely mistake: {NO_SOFTMAX}")

@@ -11,7 +11,7 @@ import torch
 from attention_course import data
 from attention_grader.judging import (G, Check, Expect, Program, StudentCode, call_check, compare, expect_value_error,
                                       raised_message)
-from attention_grader.judges.common import first_raised, with_hint
+from attention_grader.judges.common import SOFTMAX_OPS, first_raised, library_ops, with_hint
 from attention_course.memory import OpTrace
 
 SCORES = data.journey_inputs() @ data.journey_inputs().T
@@ -126,8 +126,7 @@ def uses_block_size(sources):
             f"{name} columns, keeping a running maximum and sum (one pass), instead of computing the whole row at once")
 
 
-LIBRARY_SOFTMAX = {"_softmax", "_log_softmax", "_safe_softmax", "softmax", "log_softmax", "logsumexp",
-                   "logcumsumexp"}
+LIBRARY_SOFTMAX = SOFTMAX_OPS | {"logsumexp", "logcumsumexp"}
 TWO_PASS = ("the first pass over the blocks computes only the maximum: that is a two-pass softmax (maximum first, "
             "sums second). Keep a running sum with the running maximum, in the same pass, and rescale the sum by "
             "exp(m - m_new) when the maximum grows")
@@ -137,8 +136,7 @@ WHOLE_ROW = ("loop over blocks of block_size columns and compute with each block
 
 def dispatched(what, record, forbidden, hint):
     """A message when the operations the call ran (recorded in the kernel) include a library's softmax/attention."""
-    used = sorted({str(op) for op in record["trace"]["ops"] if str(op) in forbidden or str(op).startswith(
-        ("_scaled_dot_product", "_flash_attention", "_efficient_attention", "_fused_sdp", "_cudnn_attention"))})
+    used = library_ops(record["trace"]["ops"], forbidden)
     if used:
         return with_hint(f"{what} ran aten.{used[0]}, a library's {'softmax' if 'softmax' in used[0] else 'kernel'}",
                          hint)
@@ -226,8 +224,7 @@ def online_softmax(inputs):
 # Part 2: attention over blocks of keys
 # ---------------------------------------------------------------------------------------------------------------
 
-LIBRARY_ATTENTION = {"_softmax", "_log_softmax", "_safe_softmax", "softmax", "log_softmax", "_masked_softmax",
-                     "_native_multi_head_attention"}
+LIBRARY_ATTENTION = SOFTMAX_OPS
 
 
 def kernel_check(inputs, causal):

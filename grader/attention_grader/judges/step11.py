@@ -16,8 +16,8 @@ from attention_course.probe import decode_tensor
 
 from attention_grader.judging import (G, Check, Program, _kind, call_check, compare, default_judge,
                                       expect_value_error, raised_message)
-from attention_grader.judges.common import (ANY_VALUES, dropout_check, first_raised, linear_state, random_chunks,
-                                            shape_problem, tensor_of, with_hint, with_other_hint)
+from attention_grader.judges.common import (ANY_VALUES, dropout_check, first_raised, library_ops, linear_state,
+                                            random_chunks, shape_problem, tensor_of, with_hint, with_other_hint)
 
 INTERLEAVED = ("the pairs are interleaved (x[2i], x[2i + 1]), the RoFormer paper's convention; this course uses "
                "rotate-half pairs (x[i], x[i + head_dim/2]), as Hugging Face's Llama does")
@@ -575,8 +575,6 @@ def gradient_check(inputs, d_in, d_out, heads, kv_heads, num_tokens, b):
     return Check(what, p, judge=judge)
 
 
-LIBRARY_ATTENTION = ("_scaled_dot_product", "_flash_attention", "_efficient_attention", "_fused_sdp", "_cudnn_attention",
-                     "_native_multi_head_attention", "_safe_softmax", "_masked_softmax")
 OWN_MASKING = ("with a padding_mask, compute the scores, the masking and the weights with your own operations (softmax "
                "itself is fine): a library attention kernel decides for you what a fully blocked row gives, which is "
                "this part's point")
@@ -605,7 +603,7 @@ def own_masking_check(inputs, d_in, d_out, heads, kv_heads, num_tokens, b):
         trace = got[1].get("trace") if len(got) > 2 and isinstance(got[1], dict) else None
         if not isinstance(trace, dict) or not isinstance(trace.get("ops"), list):
             return f"{what}: its operations were not recorded"
-        used = sorted({str(op) for op in trace["ops"] if str(op).startswith(LIBRARY_ATTENTION)})
+        used = library_ops(trace["ops"], {"_safe_softmax", "_masked_softmax"})
         if used:
             return with_hint(f"{what}: it ran aten.{used[0][:60]}, a library's attention kernel", OWN_MASKING)
         return None  # the values are judged by the other checks of this cell

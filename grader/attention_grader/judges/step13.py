@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from attention_course.probe import decode_tensor
-from attention_grader.judges.common import first_raised, with_hint
+from attention_grader.judges.common import first_raised, library_ops, with_hint
 from attention_grader.judging import (G, Check, Expect, NamedMistake, Program, as_data, call_check, compare, describe,
                                       raised_message, require_call)
 
@@ -73,14 +73,9 @@ BACKWARD_MISTAKES = (mistake(D_FROM_DP, "attention_backward", d="dp"), mistake(N
 
 AUTOGRAD = ("the gradient is the exercise: compute it with tensor operations, as the formulas above do, not through "
             "autograd (torch.autograd.grad, .backward(), torch.func, an autograd.Function) or a library's backward")
-LIBRARY_ATTENTION = ("_scaled_dot_product", "scaled_dot_product", "_flash_attention", "_efficient_attention",
-                     "_fused_sdp", "_cudnn_attention")
-
-
-def library_ops(ops, extra=()):
-    """The operations of a trace that are a library's attention, softmax backward or any other backward kernel."""
-    return sorted({str(op) for op in ops if str(op).startswith(LIBRARY_ATTENTION) or "backward" in str(op)
-                   or str(op) in extra})
+def library_backward_ops(ops, extra=()):
+    """The operations of a trace that are a library's attention, any backward kernel, or named in `extra`."""
+    return sorted(set(library_ops(ops, extra)) | {str(op) for op in ops if "backward" in str(op)})
 
 
 def by_hand_check(inputs, name, shape, causal):
@@ -103,7 +98,7 @@ def by_hand_check(inputs, name, shape, causal):
         plain, trace, hooked = (record if isinstance(record, dict) else {} for record in got[:3])
         if plain.get("caught") is not None:
             return None  # it raises anyway: the other checks say why
-        used = library_ops((trace.get("trace") or {}).get("ops") or ())
+        used = library_backward_ops((trace.get("trace") or {}).get("ops") or ())
         if used:
             return with_hint(f"{what}: it ran aten.{used[0]}, a library's kernel", AUTOGRAD)
         caught = hooked.get("caught")
@@ -260,7 +255,7 @@ def flash_library_check(inputs, shape, causal, block_q, block_k, part):
         ops = (got[0].get("trace") or {}).get("ops") if got and isinstance(got[0], dict) else None
         if not isinstance(ops, list):
             return f"{what}: the operations of its {part} were not recorded"
-        used = library_ops(ops)
+        used = library_backward_ops(ops)
         if used:
             return with_hint(f"{what}: its {part} ran aten.{used[0]}, a library's kernel", FLASH_LIBRARY)
         return None
@@ -424,7 +419,7 @@ def launch_problem(what, record):
     ops = (record.get("trace") or {}).get("ops") if isinstance(record, dict) else None
     if not isinstance(ops, list):
         return f"{what}: the operations it ran were not recorded"
-    used = library_ops(ops, LAUNCHER_REFUSED)
+    used = library_backward_ops(ops, LAUNCHER_REFUSED)
     if used:
         return with_hint(f"{what}: the launcher ran aten.{used[0]}", IN_THE_LAUNCHER)
     if "set_" not in ops:
