@@ -5,6 +5,7 @@ nbgrader shows to the student. Nothing here knows an answer: the expected values
 Imported in a notebook, this module makes IPython show a failed check as its message alone, without a traceback,
 and print a cell's warnings after its failure, so that the Validate dialog shows the failure first.
 """
+import inspect
 import re
 import sys
 import warnings
@@ -100,6 +101,8 @@ ERROR_HINTS = [
     ("expected scalar type", "two tensors of different dtypes in one operation: make them the same (e.g. .to(x.dtype))"),
     ("Expected size for first two dimensions", "a batched matrix product of tensors whose batch dimensions differ: "
                                                "print both operands' shapes at that line"),
+    ("must be a 3D tensor", "torch.bmm takes exactly 3-D tensors (batch, n, m): for 4-D (batch, heads, T, d) use @ or "
+                            "torch.matmul, which broadcast the leading dimensions"),
     ("object has no attribute", "a name the task uses is missing or spelt otherwise: create it (in __init__ for a "
                                 "module) under exactly that name"),
 ]
@@ -113,6 +116,54 @@ def error_hint(error, kind=None):
     return next((hint for words, hint in ERROR_HINTS if words in str(error)), "")
 
 
+SIZE_ERROR_WORDS = ("must match the size", "cannot be multiplied", "is invalid for input of size", "Expected size",
+                    "shape", "out of bounds", "size mismatch", "expected size")
+
+
+def _sizes_of(name, value):
+    if isinstance(value, _Tensor):
+        return [(size, f"{name}.shape[{dim}]") for dim, size in enumerate(value.shape)]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [(value, name)]
+    return []
+
+
+def size_origins(error, function, args=(), kwargs=None):
+    """Where the sizes a shape error names came from, in this call: "6 is x.shape[1]; 3 is x.shape[2], self.d_in".
+    Facts about the call's own arguments (and a module's int attributes and parameters), not a guess: empty when the
+    error names no size or none of them is one of the call's."""
+    text = str(error)
+    if not any(words in text for words in SIZE_ERROR_WORDS):
+        return ""
+    try:
+        known = _known_sizes(function, args, kwargs or {})
+    except Exception:  # a signature or a module that cannot be read: no origins, the message stands alone
+        return ""
+    text = re.sub(r"(\d)x(\d)", r"\1 x \2", text)  # "6x3 and 2x2"
+    named = [int(n) for n in re.findall(r"(?<![\w.-])(\d+)(?![\w.])", text) if int(n) > 1]
+    shown = []
+    for size in dict.fromkeys(named):
+        sources = [source for value, source in known if value == size]
+        if sources:
+            shown.append(f"{size} is {', '.join(dict.fromkeys(sources[:4]))}")
+    return "; ".join(shown[:4])
+
+
+def _known_sizes(function, args, kwargs):
+    """(size, where it is) for every dimension of the call's tensor arguments and a module's ints and parameters."""
+    module = function if isinstance(function, torch.nn.Module) else None
+    try:
+        arguments = inspect.signature(module.forward if module else function).bind_partial(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        arguments = {f"argument {i + 1}": a for i, a in enumerate(args)} | kwargs
+    known = [pair for name, value in arguments.items() for pair in _sizes_of(name, value)]
+    if module is not None:
+        known += [pair for name, value in vars(module).items() if not name.startswith("_")
+                  for pair in _sizes_of(f"self.{name}", value)]
+        known += [pair for name, p in module.named_parameters() for pair in _sizes_of(f"self.{name}", p)]
+    return known
+
+
 def expect_runs(description, function, *args, hint="", **kwargs):
     """Call function(*args, **kwargs) and return its result; an exception becomes a failure that says where it came from."""
     try:
@@ -121,7 +172,9 @@ def expect_runs(description, function, *args, hint="", **kwargs):
         raise CheckFailed(f"{description} is not written yet: replace the `raise NotImplementedError` line") from None
     except Exception as error:
         message = f"{description} raised {type(error).__name__}: {error}"
+        origins = size_origins(error, function, args, kwargs)
         hint = likely_mistake(hint) or error_hint(error)
+        message += f"\n  in this call: {origins}" if origins else ""
         raise CheckFailed(message + (f"\n  likely mistake: {hint}" if hint else "")) from error
 
 

@@ -35,6 +35,7 @@ import torch
 
 import contextlib
 
+from attention_course.checks import size_origins
 from attention_course.memory import OpTrace, PeakMemory
 
 RECORDS_MIME = "application/vnd.attention-course.records+json"
@@ -153,7 +154,9 @@ def _functions(root):
 
 
 def _raised(error):
-    return {"raised": type(error).__name__[:MAX_TEXT], "message": str(error)[:MAX_TEXT]}
+    record = {"raised": type(error).__name__[:MAX_TEXT], "message": str(error)[:MAX_TEXT]}
+    origins = getattr(error, "size_origins", "")
+    return record | ({"origins": str(origins)[:MAX_TEXT]} if origins else {})
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -241,6 +244,11 @@ class Interpreter:
                 result = function(*args, **kwargs)
                 caught = None
             except Exception as error:
+                if not isinstance(error, ValueError):  # a ValueError is the student's own words: judged as written
+                    try:
+                        error.size_origins = size_origins(error, function, args, kwargs)
+                    except Exception:
+                        pass
                 if not op.get("catch"):
                     raise
                 result, caught = None, _raised(error)

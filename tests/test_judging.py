@@ -12,6 +12,7 @@ import torch
 from nbformat import NotebookNode
 
 import harness
+from attention_course import checks as checks_module
 from attention_course.probe import BEGIN_MIME, RECORDS_MIME, Interpreter, PlanError, decode_tensor, encode_tensor
 from attention_grader import judging
 from conftest import ROOT, STEPS
@@ -152,6 +153,30 @@ def test_an_exception_inside_a_check_says_which_check_and_what_was_raised(checks
     exec(compile("def softmax_naive(x, dim=-1):\n    return x.view(-1, 99)\n", "<ipython-input-1-0>", "exec"), namespace)
     outputs, _ = verdict(STEP, CELL, checks, outputs_with(CELL, records_of(namespace, checks)))
     assert "softmax_naive(attn_scores[1])" in outputs[-1].evalue and "raised RuntimeError" in outputs[-1].evalue
+
+
+def test_a_shape_error_says_where_the_sizes_it_names_came_from(checks):
+    """Hidden checks and visible tests alike: the sizes in PyTorch's message are matched to the call's own arguments
+    (and a module's sizes), so the student sees which dimension met which."""
+    namespace = dict(reference(STEP))
+    exec(compile("def softmax_naive(x, dim=-1):\n    return x.view(-1, 4)\n", "<ipython-input-1-0>", "exec"), namespace)
+    outputs, _ = verdict(STEP, CELL, checks, outputs_with(CELL, records_of(namespace, checks)))
+    assert "in this call: 6 is x.shape[0]" in outputs[-1].evalue
+
+    class Heads(torch.nn.Module):
+        def __init__(self, d_in, d_out):
+            super().__init__()
+            self.d_in, self.W_query = d_in, torch.nn.Linear(d_in, d_out)
+
+        def forward(self, x):
+            return self.W_query(x).view(x.shape[0], x.shape[1], 2, self.d_in)  # d_in where d_out belongs
+
+    with pytest.raises(checks_module.CheckFailed) as failure:
+        checks_module.expect_runs("Heads(3, 4)(x)", Heads(3, 4), torch.ones(2, 6, 3))
+    assert "in this call: 2 is x.shape[0]; 6 is x.shape[1]; 3 is x.shape[2], self.d_in" in str(failure.value)
+    exec(compile("def softmax_naive(x, dim=-1):\n    raise ValueError(f'shape {x.shape[0]}')\n", "<ipython-input-2-0>",
+                 "exec"), namespace)  # a ValueError is the student's own words, judged as written
+    assert not any("origins" in record for records in records_of(namespace, checks) for record in records)
 
 
 RULE, KERNEL_RULE = judging.allow_only("softmax_naive", "softmax_naive", "write it yourself")

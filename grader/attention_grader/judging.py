@@ -321,7 +321,8 @@ def raised_message(what, record, hint=""):
     if record["raised"] == "NotImplementedError":
         return f"{what}: not written yet (replace the `raise NotImplementedError` line)"
     hint = hint or error_hint(record["message"], str(record["raised"]))
-    return f"{what} raised {str(record['raised'])[:80]}: {str(record['message'])[:300]}" + (
+    origins = f"\n  in this call: {str(record['origins'])[:300]}" if record.get("origins") else ""
+    return f"{what} raised {str(record['raised'])[:80]}: {str(record['message'])[:300]}{origins}" + (
         f"\n  likely mistake: {hint}" if hint else "")
 
 
