@@ -2,7 +2,9 @@
 lessons or the student package, and nothing a student installs or opens imports the grader package."""
 import ast
 import importlib
+import io
 import re
+import tokenize
 
 import nbformat
 import pytest
@@ -183,7 +185,8 @@ def core(line):
 
 # Steps whose exercises are still to be rewritten (issues 34, 45): expected to fail until they are, and flagged when
 # they pass.
-NOT_YET_REWRITTEN = {"decisive": set(), "transfer": set(), "hints": {"06_multihead_wrapper"}, "proof": {"06_multihead_wrapper"}}
+NOT_YET_REWRITTEN = {"decisive": set(), "transfer": set(), "hints": {"06_multihead_wrapper"}, "proof": {"06_multihead_wrapper"},
+                     "shown": {"08_efficient_attention"}}
 
 
 def holds(step, ok, message, rule):
@@ -284,3 +287,83 @@ def test_every_transfer_part_carries_its_proof_in_the_bank(step):
                                    or cell in variants[name].get("fails", {}) for name in correct):
             problems.append(f"{cell}: fewer than two correct variants that pass it ({correct})")
     holds(step, not problems, f"{step}'s transfer parts lack their proof:\n" + "\n".join(problems), "proof")
+
+
+OWNERS = ("self", "mha", "module", "model", "attn", "block", "layer", "cache")
+
+
+def tokens(line):
+    """A line as Python tokens, with `self.`, `mha.`, ... dropped: `self.W_query(x)` and `mha.W_query(x)` are one line."""
+    try:
+        found = [t.string for t in tokenize.generate_tokens(io.StringIO(line).readline)
+                 if t.type not in (tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT,
+                                   tokenize.ENDMARKER)]
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        found = line.split()
+    kept = [t for i, t in enumerate(found) if not (t in OWNERS and found[i + 1:i + 2] == ["."])]
+    return tuple(kept[1:] if kept[:1] == ["."] else kept)
+
+
+def answer_key_lines(step):
+    """Every line the answer key writes inside its solution blocks, but comments, docstrings, `def`/`class` headers
+    and lines of ten characters or fewer."""
+    lines = []
+    for cell in harness.source_notebook(step).cells:
+        inside = in_docstring = False
+        for line in cell.source.splitlines() if cell.cell_type == "code" else ():
+            stripped = line.strip()
+            if SOLUTION[0] in stripped or SOLUTION[1] in stripped:
+                inside = SOLUTION[0] in stripped
+                continue
+            quotes = stripped.count('"""') + stripped.count("'''")
+            if quotes:
+                in_docstring ^= quotes % 2 == 1
+                continue
+            if inside and not in_docstring and len(stripped) > 10 and not stripped.startswith(("#", "@", "def ", "class ")):
+                lines.append(stripped)
+    return lines
+
+
+def on_screen_before(step):
+    """The lines of the lessons and released exercises up to this step, task text and code quoted in it included, as
+    tokens, grouped by length."""
+    upto = STEPS[:STEPS.index(step) + 1]
+    paths = [ROOT / "notebooks" / f"{s}.ipynb" for s in upto] + [p for s in upto for p in (ROOT / "release" / s).glob("*.ipynb")]
+    shown = {}
+    for path in paths:
+        for cell in nbformat.read(path, as_version=4).cells:
+            texts = [re.sub(r"^[>\-*\s`]+|`+$", "", line.strip()) for line in cell.source.splitlines()]
+            texts += re.findall(r"`([^`\n]+)`", cell.source) if cell.cell_type == "markdown" else []
+            for text in texts:
+                if text.strip():
+                    found = tokens(text)
+                    shown.setdefault(len(found), set()).add(found)
+    return shown
+
+
+def seen(line, shown):
+    """The line is on screen, up to one token changed in a line of six or more (a renamed variable, another number)."""
+    same_length = shown.get(len(line), set())
+    return line in same_length or len(line) >= 6 and any(sum(a != b for a, b in zip(line, other)) <= 1
+                                                         for other in same_length)
+
+
+def shown_share(step):
+    lines = answer_key_lines(step)
+    shown = on_screen_before(step)
+    return [line for line in lines if seen(tokens(line), shown)], lines
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_few_answer_key_lines_are_on_screen_before_the_student_writes_them(step):
+    """Retyping is not solving: at most 30 % of a step's answer-key lines are in its lessons and released exercises
+    up to it (names normalised, one token changed), boilerplate included (a locked cell or a base class gives it)."""
+    found, lines = shown_share(step)
+    holds(step, len(found) <= 0.3 * len(lines), f"{step}: {len(found)} of its {len(lines)} answer-key lines are on "
+          f"screen before the student writes them:\n" + "\n".join(found), "shown")
+
+
+def test_at_most_a_fifth_of_the_course_answer_key_is_on_screen_before_it_is_written():
+    counts = [tuple(map(len, shown_share(step))) for step in STEPS]
+    found, lines = map(sum, zip(*counts))
+    assert found <= 0.2 * lines, f"{found} of the course's {lines} answer-key lines are on screen before they are written"
