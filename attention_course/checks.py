@@ -72,10 +72,35 @@ def expect_tensor(name, actual, hint="did the function reach its `return` statem
         fail(f"{name} should be a torch.Tensor", "a torch.Tensor", type(actual).__name__, hint)
 
 
+def shape_difference(expected, got):
+    """How shape `got` differs from `expected`, as a fact ("dimensions 1 and 2 are swapped"), or "" when it is not one
+    simple difference."""
+    expected, got = tuple(expected), tuple(got)
+    if expected == got:
+        return ""
+    if len(got) == len(expected):
+        differ = [i for i, (e, g) in enumerate(zip(expected, got)) if e != g]
+        if len(differ) == 2 and (got[differ[0]], got[differ[1]]) == (expected[differ[1]], expected[differ[0]]):
+            return f"dimensions {differ[0]} and {differ[1]} are swapped"
+        if sorted(got) == sorted(expected):
+            return "the same sizes in another order"
+        if len(differ) == 1:
+            i = differ[0]
+            return f"dimension {i} has size {got[i]} where {expected[i]} belongs"
+    longer, shorter, word = (got, expected, "an extra") if len(got) > len(expected) else (expected, got, "a missing")
+    where = [i for i in range(len(longer)) if len(longer) == len(shorter) + 1 and longer[:i] + longer[i + 1:] == shorter]
+    if where:
+        at = f"dimension {where[0]}" if len(where) == 1 else f"dimensions {where[0]} to {where[-1]}: one of them"
+        return f"{word} dimension of size {longer[where[0]]} ({at})"
+    return ""
+
+
 def expect_shape(name, actual, shape, hint=""):
     expect_tensor(name, actual)
     if tuple(actual.shape) != tuple(shape):
-        fail(f"{name} has the wrong shape", tuple(shape), tuple(actual.shape), hint)
+        difference = shape_difference(shape, actual.shape)
+        fail(f"{name} has the wrong shape" + (f": {difference}" if difference else ""), tuple(shape),
+             tuple(actual.shape), hint)
 
 
 def expect_close(name, actual, expected, hint="", atol=1e-4, rtol=1e-4):

@@ -5,6 +5,7 @@ malformed or forged fail their cell; displayed values and what student code prin
 reach the verdict; hidden inputs differ between students and stay the same on a re-grade.
 """
 import base64
+import re
 import json
 
 import pytest
@@ -448,3 +449,17 @@ def test_step_13s_answer_key_passes_gradcheck(causal):
         "d_s = p * (d_p - d)", "d_s = p * d_p"), mistaken)
     backward = mistaken["attention_backward"]  # ByHand looks it up when called
     assert not torch.autograd.gradcheck(ByHand.apply, leaves, raise_exception=False)
+
+
+@pytest.mark.parametrize("expected,got,says", [
+    ((2, 6, 4), (2, 4, 6), "dimensions 1 and 2 are swapped"),
+    ((2, 2, 6, 6), (2, 6, 6), "a missing dimension of size 2"),
+    ((6, 6), (6, 1, 6), "an extra dimension of size 1 (dimension 1)"),
+    ((2, 6, 4), (2, 6, 3), "dimension 2 has size 3 where 4 belongs"),
+])
+def test_a_wrong_shape_says_how_it_differs(expected, got, says):
+    message = judging.compare({"tensor": encode_tensor(torch.zeros(got))}, {"tensor": encode_tensor(torch.zeros(expected))},
+                              "the weights", judging.Expect(""))
+    assert says in message and str(expected) in message
+    with pytest.raises(checks_module.CheckFailed, match=re.escape(says)):
+        checks_module.expect_shape("the weights", torch.zeros(got), expected)

@@ -31,7 +31,7 @@ import torch
 from nbformat import NotebookNode
 from traitlets import Unicode
 
-from attention_course.checks import error_hint
+from attention_course.checks import error_hint, shape_difference
 from attention_course.probe import (BEGIN_MIME, RECORDS_MIME, VISIBLE_FAILED_MIME, Interpreter, PlanError,
                                     decode_tensor, encode, encode_tensor)
 
@@ -242,8 +242,9 @@ def compare(got, want, name, expect):
             return f"{name} should be a torch.Tensor, got {describe(got)}"
         expected, actual = decode_tensor(want["tensor"], torch.float64), decode_tensor(got["tensor"], torch.float64)
         if tuple(actual.shape) != tuple(expected.shape):
-            return (f"{name} has the wrong shape\n  expected: {tuple(expected.shape)}\n"
-                    f"  got:      {tuple(actual.shape)}")
+            difference = shape_difference(expected.shape, actual.shape)
+            return (f"{name} has the wrong shape" + (f": {difference}" if difference else "") +
+                    f"\n  expected: {tuple(expected.shape)}\n  got:      {tuple(actual.shape)}")
         if expected.dtype == torch.bool and actual.dtype != torch.bool:
             return f"{name} should be a bool tensor, got dtype {actual.dtype}"
         if expected.is_floating_point():
