@@ -108,6 +108,12 @@ def test_a_displayed_value_never_awards_points_to_wrong_records(checks, good_rec
     assert [o.output_type for o in outputs] == ["error"] and "checks of this cell failed" in outputs[0].evalue
 
 
+def test_the_first_failure_does_not_hide_the_others():
+    first, second = "f(x) raised TypeError: bad\n  likely mistake: one", "f(y) has the wrong values\n  likely mistake: two"
+    assert "Also failed:\n  - f(y) has the wrong values" in judging.also_failed([first, second, second], first)
+    assert judging.also_failed([first], first) == ""
+
+
 @pytest.mark.parametrize("forge", ["none", "twice", "other cell", "too few", "bad base64", "short data", "not a list",
                                    "huge"])
 def test_missing_duplicated_or_malformed_records_fail_the_cell_and_flag_it(forge, checks, good_records):

@@ -1062,10 +1062,20 @@ def verdict(outputs, cell_id, checks, namespace, sources):
         shown = next((m for m in failures if isinstance(m, NamedMistake)), failures[0])
         which = "The first:" if shown is failures[0] else "This one names the likely mistake:"
         head = f"{len(failures)} of {len(checks)} checks of this cell failed. {which}\n" if len(failures) > 1 else ""
-        return printed + [_error("CheckFailed", head + shown)] + warned, []
+        return printed + [_error("CheckFailed", head + shown + also_failed(failures, shown))] + warned, []
     note = NotebookNode(output_type="stream", name="stdout",
                         text=f"Graded: all {len(checks)} checks of this cell passed.\n")
     return before + [note], []
+
+
+def also_failed(failures, shown, most=3):
+    """The first line of the other failures, each once: the first failure shown may not be the one the mistake is."""
+    others = list(dict.fromkeys(str(m).split("\n")[0][:200] for m in failures if m is not shown))
+    others = [line for line in others if line != str(shown).split("\n")[0][:200]]
+    if not others:
+        return ""
+    more = f"\n  ... and {len(others) - most} more" if len(others) > most else ""
+    return "\nAlso failed:\n" + "\n".join(f"  - {line}" for line in others[:most]) + more
 
 
 class JudgeCells(NbGraderPreprocessor):
