@@ -153,28 +153,12 @@ def test_no_judge_code_reaches_students(where):
 
 
 def decisive_lines(step):
-    """The answer key's lines that decide an answer: code inside the solution blocks, less comments, docstrings,
-    `def`/`class` headers, lines of ten characters or fewer (`else:`, `return x`) and what the step's bank lists as
-    boilerplate carried over from earlier steps (`SHARED_LINES`)."""
+    """The answer key's lines that decide an answer (`answer_key_lines`), less what the step's bank lists as
+    boilerplate carried over from earlier steps (`SHARED_LINES`) and lines whose computation is ten characters or
+    fewer."""
     bank = importlib.import_module(f"bank.{step}")
     shared = {line.strip() for line in getattr(bank, "SHARED_LINES", ())}
-    lines = set()
-    for cell in harness.source_notebook(step).cells:
-        inside = in_docstring = False
-        for line in cell.source.splitlines():
-            stripped = line.strip()
-            if SOLUTION[0] in stripped or SOLUTION[1] in stripped:
-                inside = SOLUTION[0] in stripped
-                continue
-            quotes = stripped.count('"""') + stripped.count("'''")
-            if quotes:
-                in_docstring ^= quotes % 2 == 1
-                continue
-            if not inside or in_docstring or stripped.startswith(("#", "def ", "class ", "@")) or len(stripped) <= 10:
-                continue
-            if cell.cell_type == "code" and stripped not in shared and len(core(stripped)) > 10:
-                lines.add(stripped)
-    return lines
+    return {line for line in answer_key_lines(step) if line not in shared and len(core(line)) > 10}
 
 
 def core(line):
