@@ -1,12 +1,12 @@
 """nbgrader configuration of the course "Attention, step by step" (course root = this folder)."""
 import os
 
-from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
+from nbconvert.preprocessors import ClearMetadataPreprocessor
 from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, Execute, IgnorePattern,
                                     LimitOutput, OverwriteKernelspec, SaveAutoGrades)
 
-from attention_grader.feedback import (GetGradesOrPending, HideHiddenTests, SanitizeStudentHTML, clean_html,
-                                      score_or_pending)
+from attention_grader.feedback import (TEMPLATE_DIRS, TEMPLATE_PATHS, CourseCSS, FeedbackExporter, GetGradesOrPending,
+                                      HideHiddenTests, SanitizeStudentHTML, clean_html, score_or_pending)
 from attention_grader.forking import ForkingExecute
 from attention_grader.judging import JudgeCells, PlanHiddenChecks
 from attention_grader.sanitize import DropDuplicateIds, RestoreCells
@@ -62,7 +62,12 @@ c.OverwriteCells.add_missing_cells = True
 # Student markdown and outputs are shown without running any script, in feedback and in formgrader (whose view of a
 # submission is an HTMLExporter built from this config): SanitizeStudentHTML (ammonia, in linear time), also applied to
 # markdown syntax, and the same cleaner where the templates clean HTML again.
-c.GenerateFeedback.preprocessors = [GetGradesOrPending, HideHiddenTests, SanitizeStudentHTML, CSSHTMLHeaderPreprocessor]
+c.GenerateFeedback.preprocessors = [GetGradesOrPending, HideHiddenTests, SanitizeStudentHTML, CourseCSS]
+# The course's feedback template names each part in the contents list; formgrader's HTMLExporter keeps its own.
+c.GenerateFeedback.exporter_class = FeedbackExporter
+c.FeedbackExporter.template_name = "course_feedback"
+c.FeedbackExporter.extra_template_basedirs = TEMPLATE_DIRS
+c.FeedbackExporter.extra_template_paths = TEMPLATE_PATHS
 # "float" shows "not graded yet" where nbgrader's template says 0.0
 c.HTMLExporter.filters = {"float": score_or_pending, "clean_html": clean_html}
 c.HTMLExporter.preprocessors = [SanitizeStudentHTML]

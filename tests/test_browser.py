@@ -325,6 +325,16 @@ def test_student_sees_the_failure_and_its_hint(page, server):
     page.shot("validated")
     expect(dialog).to_contain_text("wrong shape")
     expect(dialog).to_contain_text("likely mistake: return one number per token")
+    # Each failing part: its title, then the check's message; the test code is folded below it.
+    parts = dialog.locator(".course-validate-part")
+    expect(parts.first).to_be_visible()
+    for part in parts.all():
+        lines = [line for line in part.inner_text().splitlines() if line.strip()]
+        assert lines[0].startswith("Part ") and lines[0].endswith(": fails"), lines
+        assert "Error" in lines[1] or "Failed" in lines[1] or "wrong" in lines[1], lines
+        assert part.locator("details").get_attribute("open") is None
+    for line in dialog.get_by_text("The following cell failed:").all():
+        expect(line).to_be_hidden()
     dialog.get_by_role("button", name="Ok").click()
 
 
@@ -443,3 +453,37 @@ def test_learner_reaches_progress_from_home_in_one_click_and_reads_the_feedback(
         expect(errors.filter(has_text=re.compile(re.escape(words), re.IGNORECASE))).not_to_have_count(0)
     errors.first.scroll_into_view_if_needed()
     page.shot("2-feedback")
+
+
+def uncut(page):
+    """The pre and code elements whose text runs past their right edge."""
+    return page.evaluate("[...document.querySelectorAll('pre, code')].filter(e => e.scrollWidth > e.clientWidth + 1)"
+                         ".map(e => e.innerText.slice(0, 80))")
+
+
+def test_feedback_wraps_long_messages_on_a_phone_and_a_laptop(page, learner):
+    feedback = (learner["dir"] / "work" / learners.MISTAKEN / "feedback.html").as_uri()
+    for width in (390, 1366):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(feedback)
+        expect(page.locator(".output_error").first).to_be_visible()
+        page.shot(f"{width}")
+        assert uncut(page) == [], f"messages cut at {width} px: {uncut(page)}"
+    expect(page.locator("#toc")).to_contain_text("Part 1 · ")  # the contents name the parts
+    expect(page.locator("#toc")).not_to_contain_text("Test cell")
+
+
+def test_unreadable_notebook_says_why_by_its_score_and_grades_csv_has_notes(page, instructor):
+    server = instructor
+    harness.grade_class(server["dir"], STEP, "--student", "alice")  # a written answer still to grade by hand
+    page.goto((server["dir"] / "feedback" / "nora" / STEP / f"{STEP}.html").as_uri())
+    heading = page.locator(".panel-heading h4").first
+    expect(heading).to_contain_text("not graded")
+    expect(heading).to_contain_text("not valid JSON")
+    page.shot("unreadable")
+    import csv
+    with open(server["dir"] / "grades.csv", newline="") as file:
+        rows = {row["student_id"]: row for row in csv.DictReader(file) if row["assignment"] == STEP}
+    notes = {student: " ".join(value for key, value in row.items() if "note" in key) for student, row in rows.items()}
+    assert "not graded" in notes["nora"], rows["nora"]
+    assert "still to be graded by hand" in notes["alice"], rows["alice"]

@@ -96,6 +96,17 @@ def test_check_grades_a_learners_work_and_shows_progress(tmp_path):
     titles = part_titles(ROOT / "release" / MISTAKEN / f"{MISTAKEN}.ipynb")
     assert all(titles[grade_id] in rows["02"] for grade_id in mistake["fails"]), rows["02"]
     assert "[not started]" in rows["03"] and "not checked yet" in rows["03"], rows["03"]
+    assert rows["02"].startswith("| 02 · Softmax"), rows["02"]  # the step's title, not its folder
+
+    # a notebook broken after its check: refused, and the progress page no longer shows the old score as current
+    good = (course / "work" / MISTAKEN / f"{MISTAKEN}.ipynb").read_text()
+    (course / "work" / MISTAKEN / f"{MISTAKEN}.ipynb").write_text(good[:len(good) // 2])
+    refused = subprocess.run([sys.executable, "course.py", "check", MISTAKEN], cwd=course, capture_output=True,
+                             text=True)
+    assert refused.returncode == 2 and "not a readable notebook" in refused.stderr, refused.stderr
+    row = next(line for line in (course / "work" / "PROGRESS.md").read_text().splitlines() if line.startswith("| 02"))
+    assert f"{got:g}/{most:g} points" not in row and "cannot be read" in row, row
+    (course / "work" / MISTAKEN / f"{MISTAKEN}.ipynb").write_text(good)
 
     # an update of the course changes step 03's release: the learner's untouched copy is still not started
     copied = course / ".check" / "copied" / f"{UNTOUCHED}.ipynb"

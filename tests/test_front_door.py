@@ -16,6 +16,7 @@ def test_readme_gives_the_two_commands_and_links_every_docs_page():
     readme = (ROOT / "README.md").read_text()
     for command in ("python3 course.py start", "python3 course.py test"):
         assert command in readme
+    assert "maintainers and CI run it, not students" in readme  # the whole suite is not a learner's second command
     for page in ("instructors", "trust", "scale", "maintainers"):
         assert f"(docs/{page}.md)" in readme, f"README.md does not link docs/{page}.md"
 

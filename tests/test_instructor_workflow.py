@@ -143,6 +143,25 @@ def test_an_unreadable_notebook_is_flagged_in_one_readable_line_and_in_formgrade
     assert flags == {"ada": False, "bob": False, "mallory": False, UNREADABLE: True}
 
 
+def test_feedback_says_why_by_the_score_names_the_parts_and_wraps(fresh_clone_class):
+    course_dir, _, _ = fresh_clone_class
+    unreadable = (course_dir / "feedback" / UNREADABLE / STEP / f"{STEP}.html").read_text()
+    heading = unreadable.split("<h4>")[1].split("</h4>")[0]
+    assert ": not graded, " in heading and "not valid JSON (Expecting value at line 1, column 12)" in heading, heading
+    page = (course_dir / "feedback" / "ada" / STEP / f"{STEP}.html").read_text()
+    contents = page.split('<div id="toc">')[1].split("</ol>")[0]
+    assert "Part 1 · " in contents and "Test cell" not in contents and ": written answer" in contents, contents
+    assert "still to be graded by hand" in page.split("<h4>")[1].split("</h4>")[0]
+    assert "white-space: pre-wrap" in page
+
+
+def test_an_unterminated_string_is_named_once():
+    from attention_grader.grading import unreadable_because
+    with pytest.raises(Exception) as error:
+        nbformat.reads('{"cells": ["abc', as_version=4)
+    assert unreadable_because(error.value) == "it is not valid JSON (Unterminated string starting at line 1, column 12)"
+
+
 @pytest.fixture(scope="module")
 def small_class(tmp_path_factory):
     """Two students who handed in step 01; nothing graded yet."""

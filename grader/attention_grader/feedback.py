@@ -4,15 +4,20 @@ script in anyone's browser (used by nbgrader_config.py).
 nbgrader's feedback shows each graded cell as autograde ran it, hidden tests included, and IPython tracebacks quote the
 failing lines of test code. This preprocessor removes the hidden regions and cuts every error in a test cell down to
 its message, which the course's checks write for students. An answer graded by hand and not graded yet shows "not
-graded yet", not nbgrader's 0.0.
+graded yet", not nbgrader's 0.0; an unreadable notebook says why next to its score; long messages wrap.
 """
 import html
+import os
 import re
 
+import nbgrader
 import nh3
 from nbconvert.filters.markdown_mistune import markdown2html_mistune
+from nbconvert.exporters import HTMLExporter
+from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
 from nbconvert.preprocessors.sanitize import ALLOWED_TAGS, SanitizeHTML
 from nbgrader.preprocessors import ClearHiddenTests, GetGrades
+from traitlets import Bool
 
 
 class HideHiddenTests(ClearHiddenTests):
@@ -116,9 +121,66 @@ def score_or_pending(value, default=0.0):
         return default
 
 
+# A long message or hint wraps instead of running off the right edge, on a phone (390 px) as on a laptop.
+WRAP_CSS = """
+pre, code, div.output_area pre, div.output_subarea { white-space: pre-wrap; overflow-wrap: anywhere; }
+div.output_subarea { max-width: 100%; min-width: 0; }
+@media (max-width: 600px) { div.prompt { display: none; } .container { padding-left: 4px; padding-right: 4px; } }
+"""
+
+
+class CourseCSS(CSSHTMLHeaderPreprocessor):
+    """nbconvert's page styles, then the course's WRAP_CSS."""
+    enabled = Bool(True)  # nbconvert enables only its own class (HTMLExporter's default config)
+
+    def preprocess(self, nb, resources):
+        nb, resources = super().preprocess(nb, resources)
+        resources["inlining"]["css"] = list(resources["inlining"]["css"]) + [WRAP_CSS]
+        return nb, resources
+
+
+def unreadable_reason(nb):
+    """Why the class grader could not read this notebook (every cell then fails with it), or None."""
+    for cell in nb.cells:
+        for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            if output.get("output_type") == "error" and output.get("ename") == "SubmissionError":
+                return output.get("evalue")
+    return None
+
+
+class FeedbackExporter(HTMLExporter):
+    """nbgrader's feedback page through templates/course_feedback, whose contents list names the parts. A class of its
+    own, so that formgrader's HTMLExporter keeps its template (nbgrader_config.py configures this one)."""
+
+
+NBGRADER_TEMPLATES = os.path.join(os.path.dirname(nbgrader.__file__), "server_extensions", "formgrader", "templates")
+TEMPLATE_DIRS = [NBGRADER_TEMPLATES, os.path.join(os.path.dirname(__file__), "templates")]
+# where the template finds nbgrader's ("feedback/index.html.j2") and the page's bootstrap.min.css
+TEMPLATE_PATHS = [NBGRADER_TEMPLATES, os.path.join(NBGRADER_TEMPLATES, "..", "static", "node_modules", "bootstrap",
+                                                   "dist", "css")]
+
+
+# "## Part 3 · Title (2 points)", or the same heading as SanitizeStudentHTML rendered it: "<h2>Part 3 · Title (2 ..."
+PART = re.compile(r"^## (Part [^(\n]*)|<h2[^>]*>(?:<[^>]*>)*(Part [^(<]*)", re.M)
+
+
+def name_the_parts(nb):
+    """Each graded cell's part ("Part 3 · Causal attention"), from the "## Part" headings above it, for the contents.
+    A text cell may open two parts whose test cells follow it: they take its headings in order."""
+    parts = []
+    for cell in nb.cells:
+        headings = [html.unescape(a or b).strip() for a, b in PART.findall(cell.source)]
+        parts = headings if cell.cell_type == "markdown" and headings else parts
+        grading = cell.metadata.get("nbgrader", {})
+        if grading.get("grade") and parts:
+            part = parts.pop(0) if len(parts) > 1 else parts[0]
+            grading["course_part"] = part + (": written answer" if grading.get("solution") else "")
+
+
 class GetGradesOrPending(GetGrades):
     """nbgrader's GetGrades, except that an answer graded by hand and not graded yet reads "not graded yet" instead of
-    0.0, and the notebook's heading says how many points are still to be graded."""
+    0.0 and one left blank "0.0, left blank"; the notebook's heading says so, or why an unreadable notebook was not
+    graded; each graded cell gets its part's title for the contents list."""
 
     def _get_score(self, cell, resources):
         super()._get_score(cell, resources)
@@ -126,13 +188,24 @@ class GetGradesOrPending(GetGrades):
                                           self.student_id)
         if grade.manual_score is None and grade.auto_score is None:
             cell.metadata.nbgrader["score"] = PendingScore("not graded yet")
+        elif grade.manual_score is None and cell.cell_type == "markdown" and not grade.auto_score:
+            cell.metadata.nbgrader["score"] = PendingScore("0.0, left blank")  # nbgrader's zero for an unchanged answer
 
     def preprocess(self, nb, resources):
         nb, resources = super().preprocess(nb, resources)
-        pending = sum(float(cell.metadata.nbgrader.get("points") or 0) for cell in nb.cells
-                      if isinstance(cell.metadata.get("nbgrader", {}).get("score"), PendingScore))
-        if pending:  # the heading then reads "(Score: 3.0 / 4.0, 1 point still to be graded by hand)"
-            points = "1 point" if pending == 1 else f"{pending:g} points"
-            grades = resources["nbgrader"]
-            grades["max_score"] = PendingScore(f"{float(grades['max_score']):.1f}, {points} still to be graded by hand")
+
+        def points_of(score):
+            total = sum(float(cell.metadata.nbgrader.get("points") or 0) for cell in nb.cells
+                        if cell.metadata.get("nbgrader", {}).get("score") == score)
+            return "1 point" if total == 1 else f"{total:g} points" if total else ""
+
+        pending, blank = points_of("not graded yet"), points_of("0.0, left blank")
+        notes = ([f"{pending} still to be graded by hand"] if pending else []) + (
+            [f"{blank} of a written answer left blank"] if blank else [])
+        grades, reason = resources["nbgrader"], unreadable_reason(nb)
+        if reason:  # next to "Score: 0.0 / 15.0", not under the setup cell
+            grades["max_score"] = PendingScore(f"{float(grades['max_score']):.1f}: not graded, {reason}")
+        elif notes:  # the heading then reads "(Score: 3.0 / 4.0, 1 point still to be graded by hand)"
+            grades["max_score"] = PendingScore(f"{float(grades['max_score']):.1f}, " + "; ".join(notes))
+        name_the_parts(nb)
         return nb, resources

@@ -200,7 +200,9 @@ def unreadable_because(error):
         if isinstance(candidate, UnicodeDecodeError):
             return "it is not text (binary data)"
         if isinstance(candidate, json.JSONDecodeError):
-            return f"it is not valid JSON ({candidate.msg} at line {candidate.lineno}, column {candidate.colno})"
+            # "Unterminated string starting at" already ends with "at"
+            return (f"it is not valid JSON ({candidate.msg.removesuffix(' at')} at line {candidate.lineno}, "
+                    f"column {candidate.colno})")
     if type(error).__name__ == "NotJSONError":
         return "it is not valid JSON"
     if type(error).__name__ == "ValidationError":
@@ -310,6 +312,7 @@ class Worker:
                 self.process.wait(timeout=wait)
             except (OSError, subprocess.TimeoutExpired):
                 self.kill()
+        self.close_pipes()
 
     def kill(self):
         try:
@@ -317,6 +320,15 @@ class Worker:
         except (ProcessLookupError, PermissionError):
             self.process.kill()
         self.process.wait()
+        self.close_pipes()
+
+    def close_pipes(self):
+        """Otherwise each pipe is a ResourceWarning in the grading log when it is garbage collected."""
+        for pipe in (self.process.stdin, self.process.stdout):
+            try:
+                pipe.close()
+            except OSError:  # a broken pipe's buffered write
+                pass
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -65,6 +65,15 @@ def last_results(root):
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+def step_title(root, step):
+    """"01 · Dot-product scores", from the heading of its release ("# Step 01 · Dot-product scores: exercises")."""
+    for source in cell_sources(Path(root) / "release" / step / f"{step}.ipynb") or []:
+        for line in source.splitlines():
+            if line.startswith("# Step "):
+                return line[len("# Step "):].split(":")[0].strip()
+    return f"{step[:2]} {step[3:].replace('_', ' ')}"
+
+
 def write_progress(root):
     """work/PROGRESS.md: per step, lesson opened, exercise started, the last check's points and what is left."""
     root = Path(root)
@@ -76,14 +85,18 @@ def write_progress(root):
         exercise = (f"[{'started' if started(root, step) else 'not started'}]({step}/{step}.ipynb)" if work.exists()
                     else "no copy yet")
         result = results.get(step)
-        if result:
+        if work.exists() and cell_sources(work) is None:
+            # the last check's points are not this notebook's: say what is true now
+            checked = "none now: your notebook cannot be read (not valid JSON)"
+            left = "`python3 course.py check` says how to restore it"
+        elif result:
             checked = f"[{result['points']:g}/{result['max']:g} points]({step}/feedback.html), {result['when']}"
             if work.exists() and work.stat().st_mtime > result["time"]:
                 checked += " (changed since: check again)"
             left = "; ".join(result["left"]) or "nothing"
         else:
             checked, left = "not checked yet", ""
-        rows.append(f"| {step[:2]} {step[3:].replace('_', ' ')} | {lesson} | {exercise} | {checked} | {left} |")
+        rows.append(f"| {step_title(root, step)} | {lesson} | {exercise} | {checked} | {left} |")
     page = ["# Your progress", "",
             f"Written {time.strftime('%Y-%m-%d %H:%M')} by `python3 course.py check` (it refreshes this page) or "
             "`python3 course.py start`. [Back to the course home](../HOME.md)", "",
@@ -117,15 +130,16 @@ def prepare(root, steps):
 
 
 def part_titles(notebook):
-    """{grade id of a test cell: the title of the part it is in ("Part 2 · A softmax that does not overflow")}."""
-    titles, title = {}, None
+    """{grade id of a test cell: the title of the part it is in ("Part 2 · A softmax that does not overflow")}. A text
+    cell may open two parts whose test cells follow it: they take its headings in order."""
+    titles, parts = {}, []
     for cell in json.loads(Path(notebook).read_text())["cells"]:
         source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-        heading = next((line.lstrip("#").strip() for line in source.splitlines() if line.startswith("## Part")), None)
-        title = heading.split(" (")[0] if cell["cell_type"] == "markdown" and heading else title
-        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if grade_id and title:
-            titles[grade_id] = title
+        headings = [line.lstrip("# ").split(" (")[0] for line in source.splitlines() if line.startswith("## Part")]
+        parts = headings if cell["cell_type"] == "markdown" and headings else parts
+        nbgrader = cell.get("metadata", {}).get("nbgrader", {})
+        if nbgrader.get("grade_id") and parts:
+            titles[nbgrader["grade_id"]] = parts.pop(0) if nbgrader.get("grade") and len(parts) > 1 else parts[0]
     return titles
 
 
@@ -171,8 +185,11 @@ def check(root, steps, sandbox=True):
             if feedback.exists():
                 shutil.copy(feedback, root / "work" / step / "feedback.html")
             written = blank + pending
-            print(f"{step}: {auto:g}/{auto_max:g} points" + (f" (and {written:g} for the written answer, which no "
-                                                              "check grades)" if written else ""))
+            state = "still blank" if blank else "to be graded by hand (no check grades it)"
+            print(f"{step}: {auto:g}/{auto_max:g} points" + (f"; the written answer ({written:g} point"
+                                                              f"{'s' if written != 1 else ''}) is {state}: "
+                                                              f"{auto:g}/{auto_max + written:g} on the feedback page"
+                                                              if written else ""))
             for grade_id, message in failing:
                 print(f"  failing {grade_id}:\n" + "\n".join("    " + line for line in message.splitlines()))
             print(f"  feedback page: work/{step}/feedback.html")
@@ -223,6 +240,7 @@ def main(argv, root):
         return 0
     unreadable = [step for step in steps if cell_sources(work_notebook(root, step)) is None]
     if unreadable:
+        write_progress(root)
         parser.exit(2, f"{parser.prog}: error: work/{unreadable[0]}/{unreadable[0]}.ipynb is not a readable notebook "
                        f"(not valid JSON): restore it from work/{unreadable[0]}/.ipynb_checkpoints/ (JupyterLab's "
                        "last save), or move it aside and run `python3 course.py start`, which makes a fresh copy, then copy your "
