@@ -273,6 +273,109 @@ _TRITON_LESSON_SOFTMAX_ROWS = (
     "    return weights.reshape(b, h, t, t) @ v.float()\n"
 )
 
+# Central differences of a forward written here, no autograd: numbers right to 1e-8, but no gradient worked out.
+_FINITE_DIFFERENCES = (
+    "def _forward(q, k, v, scale, causal):\n"
+    "    s = q @ k.transpose(-2, -1) * scale\n"
+    "    if causal:\n"
+    "        n_q, n_k = s.shape[-2:]\n"
+    "        s = s.masked_fill(torch.ones(n_q, n_k, dtype=torch.bool).triu(1 + n_k - n_q), float('-inf'))\n"
+    "    return torch.softmax(s, -1) @ v, torch.logsumexp(s, -1)\n"
+    "\n"
+    "\n"
+    "def _central_differences(q, k, v, d_out, d_lse, scale, causal, eps=1e-6):\n"
+    "    scale = q.shape[-1] ** -0.5 if scale is None else scale\n"
+    "    xs = [x.detach().double().clone() for x in (q, k, v)]\n"
+    "    grads = []\n"
+    "    for x, original in zip(xs, (q, k, v)):\n"
+    "        g = torch.zeros_like(x)\n"
+    "        flat, g_flat = x.view(-1), g.view(-1)\n"
+    "        for n in range(flat.numel()):\n"
+    "            keep = flat[n].item()\n"
+    "            values = []\n"
+    "            for step in (eps, -eps):\n"
+    "                flat[n] = keep + step\n"
+    "                o, lse = _forward(*xs, scale, causal)\n"
+    "                values.append((o * d_out.double()).sum() + (0 if d_lse is None else (lse * d_lse.double()).sum()))\n"
+    "            flat[n] = keep\n"
+    "            g_flat[n] = (values[0] - values[1]) / (2 * eps)\n"
+    "        grads.append(g.to(original.dtype))\n"
+    "    return tuple(grads)\n"
+    "\n"
+    "\n"
+    "def attention_backward(q, k, v, d_out, scale=None, causal=False):\n"
+    "    if d_out.shape != q.shape[:-1] + v.shape[-1:]:\n"
+    "        raise ValueError('d_out has the wrong shape')\n"
+    "    return _central_differences(q, k, v, d_out, None, scale, causal)\n"
+)
+_FINITE_DIFFERENCES_LSE = (
+    "def attention_lse_backward(q, k, v, d_out, d_lse, scale=None, causal=False):\n"
+    "    if d_lse.shape != q.shape[:-1]:\n"
+    "        raise ValueError('d_lse has the wrong shape')\n"
+    "    return _central_differences(q, k, v, d_out, d_lse, scale, causal)\n"
+)
+# Autograd (here through the setup cell's autograd_reference) inside the student's own saved-tensor hooks, which take
+# over from any hooks set around the call.
+_AUTOGRAD_OWN_HOOKS_LSE = (
+    "def attention_lse_backward(q, k, v, d_out, d_lse, scale=None, causal=False):\n"
+    "    if d_lse.shape != q.shape[:-1]:\n"
+    "        raise ValueError('d_lse has the wrong shape')\n"
+    "    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(lambda x: x, lambda x: x):\n"
+    "        leaves = [x.detach().double().requires_grad_() for x in (q, k, v)]\n"
+    "        s = leaves[0] @ leaves[1].transpose(-2, -1) * (q.shape[-1] ** -0.5 if scale is None else scale)\n"
+    "        if causal:\n"
+    "            n_q, n_k = s.shape[-2:]\n"
+    "            s = s.masked_fill(torch.ones(n_q, n_k, dtype=torch.bool).triu(1 + n_k - n_q), float('-inf'))\n"
+    "        e = torch.exp(s - s.amax(-1, keepdim=True))\n"
+    "        o = e / e.sum(-1, keepdim=True) @ leaves[2]\n"
+    "        lse = torch.log(e.sum(-1)) + s.amax(-1)\n"
+    "        grads = torch.autograd.grad((o, lse), leaves, (d_out.double(), d_lse.double()))\n"
+    "    return tuple(g.to(q.dtype) for g in grads)\n"
+)
+_AUTOGRAD_OWN_HOOKS = (_AUTOGRAD_OWN_HOOKS_LSE
+                       .replace("attention_lse_backward(q, k, v, d_out, d_lse,", "attention_backward(q, k, v, d_out,")
+                       .replace("if d_lse.shape != q.shape[:-1]", "if d_out.shape != q.shape[:-1] + v.shape[-1:]")
+                       .replace("d_lse has the wrong shape", "d_out has the wrong shape")
+                       .replace("(o, lse), leaves, (d_out.double(), d_lse.double())", "o, leaves, d_out.double()"))
+# The backward runs autograd over the tiled forward, recomputed: no tensor is (T, T), but the graph keeps every tile.
+_FLASH_AUTOGRAD_OVER_TILES = _edit(_FLASH, (
+    "        acc = lse.dtype\n",
+    "        with torch.enable_grad():\n"
+    "            leaves = [x.detach().to(lse.dtype).requires_grad_() for x in (q, k, v)]\n"
+    "            outs = []\n"
+    "            for i in range(0, q.shape[-2], block_q):\n"
+    "                q_i = leaves[0][..., i:i + block_q, :]\n"
+    "                rows = torch.arange(i, i + q_i.shape[-2]) + k.shape[-2] - q.shape[-2]\n"
+    "                o_i = l_i = 0\n"
+    "                for j in range(0, k.shape[-2], block_k):\n"
+    "                    cols = torch.arange(j, min(j + block_k, k.shape[-2]))\n"
+    "                    s = scale * q_i @ leaves[1][..., j:j + block_k, :].transpose(-2, -1)\n"
+    "                    if causal:\n"
+    "                        s = s.masked_fill(cols[None, :] > rows[:, None], float('-inf'))\n"
+    "                    p = torch.exp(s - lse[..., i:i + block_q, None])\n"
+    "                    o_i, l_i = o_i + p @ leaves[2][..., j:j + block_k, :], l_i + p.sum(-1, keepdim=True)\n"
+    "                outs.append(o_i / l_i)\n"
+    "            grads = torch.autograd.grad(torch.cat(outs, -2), leaves, d_out.to(lse.dtype))\n"
+    "        return (*(g.to(q.dtype) for g in grads), None, None, None)\n"))
+# An empty kernel launched for show; the launcher computes attention itself with operations no check refused.
+_TRITON_EMPTY_KERNEL = (
+    "@triton.jit\n"
+    "def attention_forward_kernel(o_ptr, BLOCK: tl.constexpr):\n"
+    "    pid = tl.program_id(0)\n"
+    "\n"
+    "\n"
+    "def flash_attention_forward_triton(q, k, v, causal=False):\n"
+    "    check_qkv(q, k, v)\n"
+    "    q, k, v = (x.float() for x in (q, k, v))\n"
+    "    s = (q[..., :, None, :] * k[..., None, :, :]).sum(-1) / math.sqrt(q.shape[-1])\n"
+    "    if causal:\n"
+    "        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float('-inf'))\n"
+    "    e = torch.pow(math.e, s - s.amax(-1, keepdim=True))\n"
+    "    o = ((e / e.sum(-1, keepdim=True))[..., None] * v[..., None, :, :]).sum(-2).contiguous()\n"
+    "    attention_forward_kernel[(1, 1)](o, BLOCK=16)\n"
+    "    return o\n"
+)
+
 VARIANTS = {
     "einsum_rowsum_of_p_dp": {
         "kind": "correct",
@@ -445,6 +548,28 @@ VARIANTS = {
             "    return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)\n")},
         "fails": {"test_flash_attention_forward_triton": "computes attention with PyTorch"},
     },
+    "backward_finite_differences": {
+        "kind": "cheat",
+        "cells": {"attention_backward": _FINITE_DIFFERENCES, "attention_lse_backward": _FINITE_DIFFERENCES_LSE},
+        "fails": {"test_attention_backward": "twice per input element", "test_attention_backward_causal": "twice per input element",
+                  "test_attention_lse_backward": "twice per input element"},
+    },
+    "backward_autograd_inside_own_hooks": {
+        "kind": "cheat",
+        "cells": {"attention_backward": _AUTOGRAD_OWN_HOOKS, "attention_lse_backward": _AUTOGRAD_OWN_HOOKS_LSE},
+        "fails": {"test_attention_backward": "built an autograd graph", "test_attention_backward_causal": "built an autograd graph",
+                  "test_attention_lse_backward": "built an autograd graph"},
+    },
+    "flash_backward_autograd_over_tiles": {
+        "kind": "cheat",
+        "cells": {"FlashAttention": _FLASH_AUTOGRAD_OVER_TILES},
+        "fails": {"test_flash_attention_backward": "built an autograd graph"},
+    },
+    "triton_empty_kernel_launched": {
+        "kind": "cheat",
+        "cells": {"flash_attention_forward_triton": _TRITON_EMPTY_KERNEL},
+        "fails": {"test_flash_attention_forward_triton": "on k's elements"},
+    },
 }
 
 # For each transfer part: the lesson's code adapted mechanically and the library or autograd shortcut (both fail it),
@@ -452,12 +577,13 @@ VARIANTS = {
 PROOF = {
     "test_flash_attention_backward": {
         "lesson": ["flash_backward_recomputes_like_the_lesson", "flash_backward_through_the_whole_matrix"],
-        "shortcut": ["flash_through_aten_cpu_kernels"],
+        "shortcut": ["flash_through_aten_cpu_kernels", "flash_backward_autograd_over_tiles"],
         "correct": ["flash_query_tiles_outside_where_large_negative", "flash_key_default_blocks_changed"],
     },
     "test_flash_attention_forward_triton": {
         "lesson": ["triton_lesson_softmax_rows_kernel"],
-        "shortcut": ["triton_kernel_never_launched_sdpa", "triton_sdpa_instead_of_a_kernel"],
+        "shortcut": ["triton_kernel_never_launched_sdpa", "triton_sdpa_instead_of_a_kernel",
+                     "triton_empty_kernel_launched"],
         "correct": ["triton_strides_exp2_no_dot", "triton_normalised_each_block"],
     },
 }

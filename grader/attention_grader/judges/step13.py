@@ -1,11 +1,13 @@
 """Judges of step 13: attention's backward by hand, FlashAttention's forward and backward, the forward in Triton.
 
 Parts 1 and 3 use call_check with named mistakes, and judge "by hand" from what runs (by_hand_check: no autograd
-graph, no library backward kernel). Part 2 uses Ref.attr and grad=True as step 11's gradient_check does;
-grad_fn.saved_tensors is recorded as a tuple; its traced operations hold no library attention kernel. Part 4 is judged
-against SDPA computed here, in float64; the kernel runs in Triton's interpreter (TRITON_INTERPRET=1, set by the course
-package and the grading sandbox), and the launcher's traced operations show that it launched a kernel and computed no
-attention itself. When T_q < T_k the queries are the last T_q positions (the causal mask aligned bottom-right).
+graph, no saved-tensor hooks of its own, no library backward kernel; forwards_check: a few exponentials per query and
+a few times the inputs' memory at most, which central differences exceed). Part 2 uses Ref.attr and grad=True as step
+11's gradient_check does; grad_fn.saved_tensors is recorded as a tuple; its traced operations hold no library attention
+kernel, and its backward builds no autograd graph (flash_engine_check). Part 4 is judged against SDPA computed here, in
+float64; the kernel runs in Triton's interpreter (TRITON_INTERPRET=1, set by the course package and the grading
+sandbox), and the launcher's traced operations show that it launched a kernel and computed no attention itself (only
+copies read k's elements). When T_q < T_k the queries are the last T_q positions (the causal mask aligned bottom-right).
 """
 import functools
 
@@ -78,40 +80,89 @@ def library_backward_ops(ops, extra=()):
     return sorted(set(library_ops(ops, extra)) | {str(op) for op in ops if "backward" in str(op)})
 
 
+OWN_HOOKS = ("autograd's saved-tensor hooks were set inside it (they take over from any set around the call): "
+             "a backward by hand saves nothing for autograd")
+EXPONENTIALS = {"exp", "exp2", "expm1", "_softmax", "_log_softmax", "_safe_softmax", "logsumexp", "sigmoid", "pow",
+                "tanh"}
+FORWARDS = ("the gradient is worked out, not measured: one pass over the scores gives P, dP, D and dS for every "
+            "query at once, where central differences evaluate the forward twice per input element")
+
+
 def by_hand_check(inputs, name, shape, causal):
     d_lse = [inputs.randn(*shape[:-1])] if name == "attention_lse_backward" else []
     what = f"{name} on random {shape} inputs, causal={causal}, with autograd unable to save a tensor"
     p = Program()
     args = [p.tensor(inputs.randn(*shape)) for _ in range(4)] + [p.tensor(x) for x in d_lse] + [None, causal]
     p.call(G(name), *args, catch=True)
-    torch_ = G("torch")
-    hooks = p.call(torch_.attr("autograd").attr("graph").attr("saved_tensors_hooks"), torch_.attr("device"),
-                   torch_.attr("device"))
+    graph = G("torch").attr("autograd").attr("graph")
+    hooks = p.call(graph.attr("saved_tensors_hooks"), G("torch").attr("device"), G("torch").attr("device"))
     p.call(hooks.attr("__enter__"))
     p.call(G(name), *args, trace=0, catch=True)
     p.call(hooks.attr("__exit__"), None, None, None)
+    # saved-tensor hooks the function sets itself would take over from the ones above: here setting them raises
+    disabled = p.call(graph.attr("disable_saved_tensors_hooks"), OWN_HOOKS)
+    p.call(disabled.attr("__enter__"))
+    p.call(G(name), *args, catch=True)
+    p.call(disabled.attr("__exit__"), None, None, None)
 
     def judge(got, _reference):
         found = first_raised(got)
         if found:
             return raised_message(what, found[1])
-        plain, trace, hooked = (record if isinstance(record, dict) else {} for record in got[:3])
+        plain, trace, hooked, own = (record if isinstance(record, dict) else {} for record in got[:4])
         if plain.get("caught") is not None:
             return None  # it raises anyway: the other checks say why
         used = library_backward_ops((trace.get("trace") or {}).get("ops") or ())
         if used:
             return with_hint(f"{what}: it ran aten.{used[0]}, a library's kernel", AUTOGRAD)
-        caught = hooked.get("caught")
-        if caught is not None:
-            return with_hint(f"{what}: it raised {caught.get('raised')}: {caught.get('message', '')[:200]}, where "
-                             "called plainly it did not: it built an autograd graph", AUTOGRAD)
+        for caught in (hooked.get("caught"), own.get("caught")):
+            if caught is not None:
+                return with_hint(f"{what}: it raised {caught.get('raised')}: {caught.get('message', '')[:200]}, "
+                                 "where called plainly it did not: it built an autograd graph", AUTOGRAD)
+        return None
+
+    return Check(what, p, judge=judge)
+
+
+def forwards_check(inputs, name, causal):
+    """Few queries, a long head_dim: a backward worked out runs the softmax's exponentials a few times per query at
+    most, and holds a few tensors the inputs' size; central differences evaluate the forward twice per input element,
+    one by one (many exponentials) or all at once (a batch of perturbed copies, many times the inputs' size)."""
+    shape = (1, 1, 2, 64)
+    d_lse = [inputs.randn(*shape[:-1])] if name == "attention_lse_backward" else []
+    what = f"{name} on random {shape} inputs, causal={causal}, the operations it ran and the memory it took"
+    tensors = [inputs.randn(*shape) for _ in range(4)] + d_lse
+    given = sum(x.numel() * 8 for x in tensors)  # the inputs' bytes, were they float64
+    most_exponentials = 4 * shape[0] * shape[1] * shape[2] + 16
+    p = Program()
+    p.call(G(name), *(p.tensor(x) for x in tensors), None, causal, measure=True, trace=0, catch=True)
+
+    def judge(got, _reference):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1])
+        memory, trace, caught = (record if isinstance(record, dict) else {} for record in got[:3])
+        if caught.get("caught") is not None:
+            return None  # it raises anyway: the other checks say why
+        ops = (trace.get("trace") or {}).get("ops")
+        peak = (memory.get("memory") or {}).get("peak_bytes")
+        if not isinstance(ops, list) or not isinstance(peak, int):
+            return f"{what}: the operations it ran or its memory were not recorded"
+        exponentials = sum(op in EXPONENTIALS for op in ops)
+        if exponentials > most_exponentials:
+            return with_hint(f"{what}: it ran {exponentials}{'+' if len(ops) >= 4000 else ''} exponentials "
+                             f"(exp, softmax, ...) for {shape[2]} queries, more than {most_exponentials}", FORWARDS)
+        if peak > 8 * given:
+            return with_hint(f"{what}: it held {peak:,} bytes at once, more than 8 times its inputs' {given:,} "
+                             "(in float64)", FORWARDS)
         return None
 
     return Check(what, p, judge=judge)
 
 
 def backward_checks(inputs, causal):
-    checks = [by_hand_check(inputs, "attention_backward", (1, 2, 6, 4), causal)]
+    checks = [by_hand_check(inputs, "attention_backward", (1, 2, 6, 4), causal),
+              forwards_check(inputs, "attention_backward", causal)]
     for (b, h, t, d), scale in [((1, 1, 1, 3), None), ((1, 2, 5, 4), None), ((2, 3, 7, 8), None),
                                 ((1, 2, 9, 4), 0.7), ((2, 1, 6, 16), 3.0)]:
         q, k, v, d_out = (inputs.randn(b, h, t, d) for _ in range(4))
@@ -140,7 +191,8 @@ def attention_backward_causal(inputs):
 
 def attention_lse_backward(inputs):
     """The lesson differentiates O only; here L = logsumexp(S) is an output too, with its own gradient."""
-    checks = [by_hand_check(inputs, "attention_lse_backward", (2, 1, 5, 4), True)]
+    checks = [by_hand_check(inputs, "attention_lse_backward", (2, 1, 5, 4), True),
+              forwards_check(inputs, "attention_lse_backward", False)]
     for (b, h, t, d), causal in [((1, 1, 4, 3), False), ((2, 2, 7, 4), True), ((1, 3, 9, 8), False),
                                  ((2, 1, 5, 16), True)]:
         q, k, v, d_out = (inputs.randn(b, h, t, d) for _ in range(4))
@@ -263,6 +315,43 @@ def flash_library_check(inputs, shape, causal, block_q, block_k, part):
     return Check(what, p, judge=judge)
 
 
+ENGINE = ("the backward is written by hand, tile by tile: it runs no autograd itself (torch.autograd.grad or "
+          ".backward() over the recomputed forward keeps every tile's graph alive, all (T, T) of it)")
+
+
+def flash_engine_check(inputs, shape, causal, block_q, block_k):
+    """The backward, run twice: with autograd unable to save a tensor, and with saved-tensor hooks of its own refused.
+    The forward saved what it saves before either; a backward by hand builds no graph of its own."""
+    what = (f"FlashAttention.apply(...).backward(d_out) on random {shape} inputs, causal={causal}, block_q={block_q}, "
+            f"block_k={block_k}, with autograd unable to save a tensor in the backward")
+    p = Program()
+    graph = G("torch").attr("autograd").attr("graph")
+    d_out = p.tensor(inputs.randn(*shape))
+    data = [inputs.randn(*shape) for _ in range(3)]
+    torch_device = G("torch").attr("device")
+    for context, args in (("saved_tensors_hooks", (torch_device, torch_device)),
+                          ("disable_saved_tensors_hooks", (OWN_HOOKS,))):
+        leaves = [p.call(p.tensor(x).attr("requires_grad_"), grad=True) for x in data]
+        out = p.call(G("FlashAttention").attr("apply"), *leaves, causal, block_q, block_k, grad=True)
+        hooks = p.call(graph.attr(context), *args)
+        p.call(hooks.attr("__enter__"))
+        p.call(out.attr("backward"), d_out, grad=True, catch=True)
+        p.call(hooks.attr("__exit__"), None, None, None)
+
+    def judge(got, _reference):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1])
+        for record in got[:2]:
+            caught = record.get("caught") if isinstance(record, dict) else None
+            if caught is not None:
+                return with_hint(f"{what}: it raised {caught.get('raised')}: {caught.get('message', '')[:200]}: "
+                                 "its backward built an autograd graph", ENGINE)
+        return None
+
+    return Check(what, p, judge=judge)
+
+
 FLASH_CASES = [((1, 2, 10, 4), False, 4, 3), ((1, 1, 1, 4), False, 1, 1), ((2, 1, 9, 8), True, 2, 4),
                ((1, 2, 16, 4), True, 16, 16), ((2, 2, 7, 4), True, 32, 5), ((1, 1, 13, 16), False, 5, 1),
                ((1, 2, 8, 8), True, 4, 4),  # head_dim == T: q, k, v and O end in (T, T) too
@@ -355,7 +444,8 @@ def flash_attention_forward(inputs):
 
 
 def flash_attention_backward(inputs):
-    return ([flash_library_check(inputs, (2, 1, 7, 4), True, 3, 2, "backward")] +
+    return ([flash_engine_check(inputs, (1, 2, 7, 4), True, 4, 2),
+             flash_library_check(inputs, (2, 1, 7, 4), True, 3, 2, "backward")] +
             [flash_backward_check(inputs, *case) for case in FLASH_CASES] +
             [bfloat16_check(inputs, (1, 2, 64, 16), False, 16, 16), bfloat16_check(inputs, (2, 1, 48, 8), True, 16, 8)] +
             [flash_memory_check(inputs, 64, causal, "backward") for causal in (False, True)])
@@ -415,13 +505,25 @@ IN_THE_LAUNCHER = ("the launcher computes attention with PyTorch: the scores, th
                    "launches")
 
 
+# The traced call watches k: a launcher that only prepares for the kernel copies k at most (to float32, contiguous,
+# padded); an operation that computes with k's elements in PyTorch reads them.
+COPIES = {"_to_copy", "clone", "constant_pad_nd", "lift_fresh_copy", "alias", "detach", "copy_", "set_", "view",
+          "_unsafe_view", "reshape", "as_strided", "expand", "permute", "transpose", "t", "slice", "select", "unsqueeze",
+          "squeeze", "split", "unbind", "contiguous"}
+
+
 def launch_problem(what, record):
-    ops = (record.get("trace") or {}).get("ops") if isinstance(record, dict) else None
-    if not isinstance(ops, list):
+    trace = (record.get("trace") or {}) if isinstance(record, dict) else {}
+    ops, reads = trace.get("ops"), trace.get("reads")
+    if not isinstance(ops, list) or not isinstance(reads, list):
         return f"{what}: the operations it ran were not recorded"
     used = library_backward_ops(ops, LAUNCHER_REFUSED)
     if used:
         return with_hint(f"{what}: the launcher ran aten.{used[0]}", IN_THE_LAUNCHER)
+    computed = sorted({str(ops[read[0]]) for read in reads if isinstance(read, list) and read
+                       and isinstance(read[0], int) and 0 <= read[0] < len(ops)} - COPIES)
+    if computed:
+        return with_hint(f"{what}: the launcher ran aten.{computed[0]} on k's elements", IN_THE_LAUNCHER)
     if "set_" not in ops:
         return with_hint(f"{what}: no Triton kernel was launched", NOT_LAUNCHED)
     return None
@@ -439,7 +541,7 @@ def triton_check(inputs, shape, causal):
         mistakes += [(TRITON_PADDED_KEYS, padded_keys_attention(q, k, v, block)) for block in (16, 32, 64, 128)]
     p = Program()
     out = p.call(G("flash_attention_forward_triton"), p.tensor(q.float()), p.tensor(k.float()), p.tensor(v.float()),
-                 causal, trace=0)
+                 causal, trace=1)
     p.record(out, "the output", TRITON_HINT)
     close = Expect("", atol=1e-4, rtol=1e-4)
 
