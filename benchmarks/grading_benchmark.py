@@ -252,8 +252,8 @@ def main():
         results, fast_seconds = timed(grading.grade_class, fast_dir, steps, workers=args.workers, timeout=10,
                                       feedback=False, out=summary)
         log(f"fast grader: {len(answers)} notebooks, {args.workers} workers, with feedback")
-        _, fed_seconds = timed(grading.grade_class, fed_dir, steps, workers=args.workers, timeout=10,
-                               out=io.StringIO())
+        fed_results, fed_seconds = timed(grading.grade_class, fed_dir, steps, workers=args.workers, timeout=10,
+                                         out=io.StringIO())
         output = summary.getvalue()
         fast_why = fast_reasons(results)
 
@@ -303,6 +303,8 @@ def main():
     judge_seconds = sum(result.get("judge_seconds", 0.0) for result in results)
     print(f"of nbgrader's own work, judging (planning hidden inputs, running the reference, comparing records): "
           f"{judge_seconds:.1f} s ({judge_seconds / total:.3f} s per notebook)")
+    rendering = sum(result.get("feedback_seconds", 0.0) for result in fed_results)
+    print(f"feedback rendering (the autograde + feedback run): {rendering:.1f} s ({rendering / total:.3f} s per notebook)")
     print(f"plain nbgrader: {autograde_seconds / plain_count:.2f} s per notebook (autograde, "
           f"{len(steps)} command starts included)")
     print()

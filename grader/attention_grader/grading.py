@@ -269,7 +269,9 @@ def worker(root, timeout=None, feedback=True, sandbox=True):
         before, judged, started = len(forking.EVENTS), len(judging.EVENTS), time.perf_counter()
         coursedir.student_id_exclude = ",".join(sorted(everyone - set(batch)))
         graded = api.autograde(assignment, "*", force=True, create=True)
+        rendering = time.perf_counter()
         made = api.generate_feedback(assignment, "*") if feedback else {"success": False, "log": ""}
+        rendering = (time.perf_counter() - rendering) / len(batch)
         failed = set(re.findall(r"error processing assignment '[^']*' for student '([^']*)'", graded["log"]))
         unfed = set(re.findall(r"for student '([^']*)'", made.get("log", ""))) if not made["success"] else set()
         flags, executed, judge = {}, {}, {}
@@ -283,7 +285,8 @@ def worker(root, timeout=None, feedback=True, sandbox=True):
              "error": graded["log"][-2000:] if student in failed else "",
              "feedback": feedback and student not in failed and (made["success"] or student not in unfed),
              "flags": sorted(flags.get(student, ())), "seconds": share,
-             "executor_seconds": executed.get(student, 0.0), "judge_seconds": judge.get(student, 0.0)}
+             "executor_seconds": executed.get(student, 0.0), "judge_seconds": judge.get(student, 0.0),
+             "feedback_seconds": rendering}
             for student in batch]}), flush=True)
 
 
