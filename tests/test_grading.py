@@ -186,8 +186,8 @@ def test_feedback_says_a_written_answer_is_not_graded_yet(step, graded):
     if not written:
         assert "not graded yet" not in text and "still to be graded" not in text
         return
-    assert text.count("Written response (Score: not graded yet") == len(written), text[:2000]
-    assert "Written response (Score: 0.0" not in text
+    assert text.count(": written answer (Score: not graded yet") == len(written), text[:2000]
+    assert ": written answer (Score: 0.0" not in text
     unit = "1 point" if points == 1 else f"{points:g} points"
     assert f"/ {float(sum(harness.autograded_cells(step).values()) + points):.1f}, {unit} still to be graded by hand)" in text
 

@@ -64,6 +64,8 @@ VARIANTS = {
                         "        return stacked.reshape(*stacked.shape[:-2], -1)\n"),
             "wrapper_with_output_width":
                 "def wrapper_with_output_width(d_in, context_length, width, num_heads, dropout=0.0, qkv_bias=False):\n"
+                "    if num_heads < 1:\n"
+                "        raise ValueError(f'{num_heads=} must be at least 1')\n"
                 "    d_out, rest = divmod(width, num_heads)\n"
                 "    if rest:\n"
                 "        raise ValueError(f'{num_heads=} does not divide {width=}')\n"
@@ -132,7 +134,7 @@ VARIANTS = {
         "kind": "mistake",
         "cells": {"wrapper_with_output_width":
                   "def wrapper_with_output_width(d_in, context_length, width, num_heads, dropout=0.0, qkv_bias=False):\n"
-                  "    if width % num_heads:\n"
+                  "    if num_heads < 1 or width % num_heads:\n"
                   "        raise ValueError(f'width={width} is not a multiple of num_heads={num_heads}')\n"
                   "    return MultiHeadAttentionWrapper(d_in, width, context_length, dropout, num_heads, qkv_bias)\n"},
         "fails": {"test_wrapper_with_output_width": "the output width is d_out * num_heads"},
@@ -149,7 +151,7 @@ VARIANTS = {
         "kind": "mistake",
         "cells": {"wrapper_with_output_width":
                   "def wrapper_with_output_width(d_in, context_length, width, num_heads, dropout=0.0, qkv_bias=False):\n"
-                  "    if width % num_heads != 0:\n"
+                  "    if num_heads < 1 or width % num_heads != 0:\n"
                   "        raise ValueError(f'width={width} is not a multiple of num_heads={num_heads}')\n"
                   "    return MultiHeadAttentionWrapper(d_in, width // num_heads, context_length, 0.0, num_heads)\n"},
         "fails": {"test_wrapper_with_output_width": "pass d_in, context_length, dropout and qkv_bias on"},

@@ -317,7 +317,7 @@ def wrapper_with_output_width(inputs):
 
 
 def wrapper_with_output_width_arguments(inputs):
-    return [width_error(width, num_heads) for width, num_heads in [(5, 2), (7, 3), (4, 8)]]
+    return [width_error(width, num_heads) for width, num_heads in [(5, 2), (7, 3), (4, 8), (4, 0)]]
 
 
 # ---------------------------------------------------------------------------------------------------------------
