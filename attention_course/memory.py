@@ -67,6 +67,7 @@ class OpTrace(TorchDispatchMode):
             weights = online_softmax(x, 3)
         trace.ops    # ["slice", "full_like", "amax", ...]: the aten operations, in the order they ran
         trace.reads  # [(index in ops, first element, last element + 1), ...]: the elements of x each one read
+        trace.unseeded  # [index in ops, ...]: the random draws made without a torch.Generator
 
     A view (slice, split, unfold, ...) reads nothing: the operations on it read x's elements. A copy of all of x
     (x.to(torch.float64), x.clone(), F.pad(x, ...)) is watched as x from then on, element for element.
@@ -75,10 +76,16 @@ class OpTrace(TorchDispatchMode):
     METADATA = {"new_full", "new_zeros", "new_empty", "new_ones", "empty_like", "zeros_like", "ones_like", "full_like",
                 "rand_like", "randn_like", "sym_size", "sym_stride", "sym_numel"}
 
+    # The random draws: trace.unseeded lists the index in ops of each one made without a torch.Generator (PyTorch's
+    # global generator, as nn.Dropout's draws are).
+    RANDOM = {"rand", "rand_like", "randn", "randn_like", "randint", "randint_like", "randperm", "bernoulli",
+              "bernoulli_", "multinomial", "uniform_", "normal", "normal_", "exponential_", "geometric_", "cauchy_",
+              "log_normal_", "random_", "native_dropout", "poisson"}
+
     def __init__(self, watched, limit=4000):
         super().__init__()
         self.watched = {watched.untyped_storage().data_ptr(): watched.untyped_storage().nbytes()}
-        self.ops, self.reads, self.limit = [], [], limit
+        self.ops, self.reads, self.unseeded, self.limit = [], [], [], limit
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         result = func(*args, **(kwargs or {}))
@@ -86,6 +93,8 @@ class OpTrace(TorchDispatchMode):
             return result
         name = func.overloadpacket.__name__
         self.ops.append(name)
+        if name in self.RANDOM and (kwargs or {}).get("generator") is None:
+            self.unseeded.append(len(self.ops) - 1)
         read = [t for t in tree_flatten((args, kwargs))[0]
                 if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() in self.watched]
         if not read or name in self.METADATA:

@@ -255,7 +255,8 @@ class Interpreter:
         if memory is not None:
             records.append({"memory": {"peak_bytes": memory.peak_bytes, "largest_numel": memory.largest_numel}})
         if traced is not None:
-            records.append({"trace": {"ops": traced.ops, "reads": [list(r) for r in traced.reads][:4000]}})
+            records.append({"trace": {"ops": traced.ops, "reads": [list(r) for r in traced.reads][:4000],
+                                      "unseeded": traced.unseeded[:4000]}})
         if watched:
             records.append({"inputs_of": {label: shapes[:MAX_ITEMS] for label, shapes in seen.items()}})
         if op.get("catch"):

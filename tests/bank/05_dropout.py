@@ -348,6 +348,31 @@ VARIANTS.update({
     },
 })
 
+# A library's dropout run inside fork_rng, reseeded from the generator: reproducible, and every statistic right, but
+# not the student's own draws (judged from the traced operations: a draw without the generator).
+_FORKED = ("    seed = int(torch.randint(2 ** 62, (1,), generator=generator))\n"
+           "    with torch.random.fork_rng():\n"
+           "        torch.manual_seed(seed)\n")
+VARIANTS.update({
+    "dropout_library_in_fork_rng": {
+        "kind": "cheat",
+        "cells": {"dropout": _DROPOUT_HEAD + _P_CHECK + _FORKED +
+                  "        return torch.nn.functional.dropout(x, p, training=training)\n"},
+        "fails": {"test_dropout_training": "without the generator it was given"},
+    },
+    "drop_keys_library_mask_in_fork_rng": {
+        "kind": "cheat",
+        "cells": {"drop_keys": _DROP_KEYS_HEAD +
+                  "    if training and p > 0:\n"
+                  "        ones = torch.ones(attn_scores.shape[:-2] + (1, attn_scores.shape[-1]))\n"
+                  "    " + _FORKED.replace("\n    ", "\n        ") +
+                  "            kept = torch.nn.functional.dropout(ones, p) != 0\n"
+                  "        attn_scores = attn_scores.masked_fill(~kept, float('-inf'))\n"
+                  "    return torch.softmax(attn_scores, dim=-1).nan_to_num(nan=0.0)\n"},
+        "fails": {"test_drop_keys": "without the generator it was given"},
+    },
+})
+
 PROOF = {
     cell: {"lesson": ["drop_keys_lesson_dropout_after_softmax"], "shortcut": ["drop_keys_library_dropout"],
            "correct": ["drop_keys_renormalised_after_softmax", "drop_keys_large_negative_and_visible"]}

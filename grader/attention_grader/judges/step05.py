@@ -98,6 +98,32 @@ def patterns_check(what, failure, x, rate, calls, same, hint):
     return Check(what, p, judge=judge)
 
 
+LIBRARY_DROPOUT = ("a library's dropout (F.dropout, nn.Dropout) draws from PyTorch's global generator, whatever "
+                   "seed was set around it: draw the random numbers yourself, from the generator you are given")
+
+
+def own_draws_check(what, function, x, rate, seed):
+    """function(x, rate, generator=Generator(seed)) makes every random draw with a generator: the one it is given
+    (F.dropout and nn.Dropout draw from the global generator, seen in the traced operations)."""
+    p = Program()
+    p.call(G(function), p.tensor(x), rate, generator=generator(seed), trace=0, catch=True)
+
+    def judge(got, _want):
+        trace, caught = (record if isinstance(record, dict) else {} for record in got[:2])
+        if caught.get("caught") is not None:
+            return None  # it raises anyway: the other checks say why
+        ops, unseeded = (trace.get("trace") or {}).get("ops"), (trace.get("trace") or {}).get("unseeded")
+        if not isinstance(ops, list) or not isinstance(unseeded, list):
+            return f"{what}: its operations were not recorded"
+        if unseeded:
+            index = unseeded[0] if isinstance(unseeded[0], int) and 0 <= unseeded[0] < len(ops) else 0
+            return with_hint(f"{what}: it ran aten.{str(ops[index])[:40]} without the generator it was given",
+                             LIBRARY_DROPOUT)
+        return None
+
+    return Check(what, p, judge=judge)
+
+
 def seeded_call(seed, rate):
     def call(p, x_ref):
         p.record(p.call(G("dropout"), x_ref, rate, generator=generator(seed)), "a result")
@@ -146,7 +172,9 @@ def dropout_training(inputs):
     for shape in [(3, 50, 40), (7, 9), (1000,)]:
         checks.append(dropped_check(f"dropout(x, 0.3, generator=...) on a random {shape} input",
                                     inputs.randn(*shape), 0.3, inputs.seed()))
-    return checks + generator_checks(inputs)
+    draws = own_draws_check("dropout(x, 0.3, generator=...) on a random (6, 7) input, its random draws", "dropout",
+                            inputs.randn(6, 7), 0.3, inputs.seed())
+    return checks + generator_checks(inputs) + [draws]
 
 
 def p_value_error(what, rate, x=None, function="dropout"):
@@ -475,6 +503,8 @@ def drop_keys(inputs):
                                      inputs.randn(100, 3, 9), 0.4, inputs.seed()))
     checks += [p_value_error(f"drop_keys(scores, {rate}) on scores of shape (3, 4)", rate, function="drop_keys")
                for rate in (1.2, -0.1, 3)]
+    checks.append(own_draws_check("drop_keys(scores, 0.5, generator=...) on random scores of shape (2, 4, 5), its "
+                                  "random draws", "drop_keys", inputs.randn(2, 4, 5), 0.5, inputs.seed()))
     return checks
 
 
