@@ -328,6 +328,8 @@ class Worker:
     def close_pipes(self):
         """Otherwise each pipe is a ResourceWarning in the grading log when it is garbage collected."""
         for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is None:  # a worker started without that pipe
+                continue
             try:
                 pipe.close()
             except OSError:  # a broken pipe's buffered write
