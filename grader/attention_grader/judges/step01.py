@@ -142,8 +142,9 @@ def likely_direction_mistake(got, queries, keys):
     """The mistake a wrong result shows, when it is one of these; else None."""
     q, k = queries.double(), keys.double()
     if torch.isnan(got).any():
-        return ("a zero vector has length 0, and dividing by it gives nan: clamp the length to a small minimum (or "
-                "use torch.where) so that its scores are 0")
+        return ("a zero vector has length 0, and dividing by it gives nan: treat a length of 0 apart (torch.where), "
+                "or clamp the lengths to a minimum far below 1e-15, the shortest length the task admits, so that "
+                "its scores are 0")
     guesses = [*((unit(q, eps=eps) @ unit(k, eps=eps).transpose(-2, -1), CLAMPED) for eps in (1e-12, 1e-8, 1e-6)),
                (unit(q) @ k.transpose(-2, -1), "only the queries were divided by their lengths: the keys' lengths "
                                                "still count, so divide each key by its own length too"),
@@ -198,6 +199,14 @@ def direction_scores(inputs):
     tiny = inputs.randn(2, 6) * 1e-15
     checks.append(direction_check("direction_scores(tiny, tiny) on two random vectors of 6 entries shrunk by 1e-15",
                                   tiny, tiny))
+    checks.append(direction_check("direction_scores(tiny, tiny) in float64, two random vectors of 5 entries shrunk by "
+                                  "1e-15", *[inputs.randn(2, 5).double() * 1e-15] * 2))
+    # long vectors, up to the task's 1e15: their squared lengths still fit float32
+    queries, keys = inputs.randn(3, 4), inputs.randn(5, 4)
+    queries[2] *= 1e14
+    keys[0] *= 1e14
+    checks.append(direction_check("direction_scores on random queries (3, 4) and keys (5, 4), query 2 and key 0 "
+                                  "stretched by 1e14", queries, keys))
     return checks
 
 
