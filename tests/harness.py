@@ -195,9 +195,10 @@ def expected_scores(step, variant):
     return {grade_id: 0.0 if grade_id in variant.get("fails", {}) else points for grade_id, points in full.items()}
 
 
-def grade_variants(step, names=None):
-    """Grade bank variants of one step in a fresh course copy; return {name: (expected, got, errors)}."""
-    variants = bank(step)
+def grade_variants(step, names=None, variants=None):
+    """Grade bank variants of one step (or the `variants` given) in a fresh course copy; return {name: (expected,
+    got, errors)}."""
+    variants = variants or bank(step)
     names = names or sorted(variants)
     with tempfile.TemporaryDirectory() as tmp:
         course_dir = make_course(tmp)
