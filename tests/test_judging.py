@@ -79,6 +79,14 @@ def test_the_secret_is_created_once_readable_by_the_instructor_only(tmp_path):
     assert judging.read_secret(path) == first and len(first) == 64 and path.stat().st_mode & 0o077 == 0
 
 
+def test_two_workers_that_create_the_secret_at_once_read_the_same_one(tmp_path, monkeypatch):
+    """Two grading workers start on a class with no secret yet: the one that loses the race reads the winner's."""
+    path = tmp_path / ".grading_secret"
+    first = judging.read_secret(path)
+    monkeypatch.setattr(type(path), "exists", lambda self: False)  # it looked before the other one wrote it
+    assert judging.read_secret(path) == first
+
+
 STEP, CELL = "02_softmax", "test_softmax_naive"
 
 

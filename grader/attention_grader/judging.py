@@ -826,10 +826,19 @@ def read_secret(path):
     """The instructor's secret (created on first use, readable by the instructor only, never released)."""
     path = Path(path)
     if not path.exists():
+        # Written whole under another name, then linked into place: two workers starting at once both get the one
+        # that was linked first, and neither reads a half-written file.
         path.parent.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        draft = path.with_name(f"{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        descriptor = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(descriptor, "w") as file:
             file.write(secrets.token_hex(32) + "\n")
+        try:
+            os.link(draft, path)
+        except FileExistsError:
+            pass
+        finally:
+            draft.unlink()
     return path.read_text().strip().encode()
 
 
