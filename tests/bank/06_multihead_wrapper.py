@@ -15,26 +15,41 @@ def _wrapper(check=_CHECK, heads=_HEADS, forward=_FORWARD):
     return _HEAD + check + heads + forward
 
 
-_LOOKBACK = """class LookbackWrapper(nn.Module):
-    def __init__(self, d_in, d_out, context_length, dropout, windows, qkv_bias=False):
+# ALiBi heads as CausalAttention subclasses, the bias built from T in forward: the mistakes below edit one line.
+_ALIBI = """class ALiBiHead(CausalAttention):
+    def __init__(self, d_in, d_out, context_length, dropout, slope, qkv_bias):
+        super().__init__(d_in, d_out, context_length, dropout, qkv_bias)
+        self.slope = slope
+
+    def forward(self, x):
+        T = x.shape[1]
+        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
+        i = torch.arange(T).view(T, 1)
+        j = torch.arange(T).view(1, T)
+        distance = (i - j).float()
+        scores = SCORES
+        scores = scores.masked_fill(j > i, float("-inf"))
+        w = torch.softmax(scores, dim=-1)
+        return self.dropout(w) @ v
+
+
+class ALiBiWrapper(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, slopes, qkv_bias=False):
         super().__init__()
 CHECK
-        self.heads = HOLDER
-        for window in windows:
-            head = CausalAttention(d_in, d_out, context_length, dropout, qkv_bias)
-            ones = torch.ones(context_length, context_length, dtype=torch.bool)
-            head.register_buffer("mask", MASK)
-            self.heads.append(head)
+        self.heads = nn.ModuleList([ALiBiHead(d_in, d_out, context_length, dropout, HEAD_SLOPE, qkv_bias)
+                                    for h, s in enumerate(slopes)])
 
     def forward(self, x):
         return torch.cat([head(x) for head in self.heads], dim=-1)
 """
-_WINDOWS_CHECK = ("        if len(windows) == 0 or any(w < 1 for w in windows):\n"
-                  "            raise ValueError(f'every head needs a window >= 1, got windows={windows}')")
+_SLOPES_CHECK = ("        if len(slopes) == 0 or min(slopes) < 0:\n"
+                 "            raise ValueError(f'slopes must hold one slope >= 0 per head, got {slopes}')")
+_RIGHT = "q @ k.transpose(1, 2) / k.shape[-1] ** 0.5 - self.slope * distance"
 
 
-def _lookback(mask="torch.triu(ones, 1) | torch.tril(ones, -window)", check=_WINDOWS_CHECK, holder="nn.ModuleList()"):
-    return _LOOKBACK.replace("CHECK", check).replace("MASK", mask).replace("HOLDER", holder)
+def _alibi(scores=_RIGHT, check=_SLOPES_CHECK, head_slope="s"):
+    return _ALIBI.replace("SCORES", scores).replace("CHECK", check).replace("HEAD_SLOPE", head_slope)
 
 
 VARIANTS = {
@@ -156,75 +171,148 @@ VARIANTS = {
                   "    return MultiHeadAttentionWrapper(d_in, width // num_heads, context_length, 0.0, num_heads)\n"},
         "fails": {"test_wrapper_with_output_width": "pass d_in, context_length, dropout and qkv_bias on"},
     },
-    "lookback_triu_tril_buffers": {
+    "alibi_subclass_masked_fill": {
         "kind": "correct",
-        "cells": {"lookback_wrapper": _lookback()},
+        "cells": {"alibi_wrapper": _alibi()},
     },
-    "lookback_own_heads_einsum": {
-        # heads of its own (not CausalAttention), the window mask built in forward, einsum and a large negative
+    "alibi_sdpa_float_mask": {
+        # heads of its own, the bias and the hidden future as one float mask given to PyTorch's attention
         "kind": "correct",
-        "cells": {"lookback_wrapper":
-            "class WindowHead(nn.Module):\n"
-            "    def __init__(self, d_in, d_out, context_length, dropout, window, qkv_bias):\n"
+        "cells": {"alibi_wrapper":
+            "import torch.nn.functional as F\n"
+            "\n"
+            "\n"
+            "class ALiBiWrapper(nn.Module):\n"
+            "    def __init__(self, d_in, d_out, context_length, dropout, slopes, qkv_bias=False):\n"
             "        super().__init__()\n"
-            "        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
-            "        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
-            "        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
-            "        self.dropout = nn.Dropout(dropout)\n"
-            "        self.window, self.context_length = window, context_length\n"
+            "        if not len(slopes) or any(s < 0 for s in slopes):\n"
+            "            raise ValueError('slopes: one non-negative slope per head')\n"
+            "        self.register_buffer('slopes', torch.tensor(slopes, dtype=torch.float32).view(-1, 1, 1))\n"
+            "        self.p = dropout\n"
+            "        self.heads = nn.ModuleList()\n"
+            "        for _ in slopes:\n"
+            "            head = nn.Module()\n"
+            "            head.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+            "            head.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+            "            head.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)\n"
+            "            self.heads.append(head)\n"
             "\n"
             "    def forward(self, x):\n"
-            "        T = x.shape[1]\n"
-            "        if T > self.context_length:\n"
-            "            raise ValueError(f'{T} tokens, context_length={self.context_length}')\n"
-            "        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)\n"
-            "        s = torch.einsum('bqd,bkd->bqk', q, k) / k.shape[-1] ** 0.5\n"
-            "        i = torch.arange(T).unsqueeze(1)\n"
-            "        j = torch.arange(T).unsqueeze(0)\n"
-            "        allowed = (j <= i) & (j > i - self.window)\n"
-            "        w = torch.softmax(torch.where(allowed, s, torch.full_like(s, -1e9)), dim=-1)\n"
-            "        return torch.einsum('bqk,bkd->bqd', self.dropout(w), v)\n"
-            "\n"
-            "\n"
-            "class LookbackWrapper(nn.Module):\n"
-            "    def __init__(self, d_in, d_out, context_length, dropout, windows, qkv_bias=False):\n"
+            "        T = x.shape[-2]\n"
+            "        pos = torch.arange(T, device=x.device)\n"
+            "        rel = (pos[None, :] - pos[:, None]).to(x.dtype)  # j - i, <= 0 in the past\n"
+            "        bias = (self.slopes.to(x.dtype) * rel).masked_fill(rel > 0, float('-inf'))  # (H, T, T)\n"
+            "        outs = [F.scaled_dot_product_attention(h.W_query(x), h.W_key(x), h.W_value(x), attn_mask=bias[n],\n"
+            "                                               dropout_p=self.p if self.training else 0.0)\n"
+            "                for n, h in enumerate(self.heads)]\n"
+            "        return torch.cat(outs, dim=-1)\n"},
+    },
+    "alibi_multiply_and_renormalise": {
+        # the task's own words: plain causal weights times exp(-m (i - j)), each row divided by its sum
+        "kind": "correct",
+        "cells": {"alibi_wrapper":
+            "class ALiBiWrapper(nn.Module):\n"
+            "    def __init__(self, d_in, d_out, context_length, dropout, slopes, qkv_bias=False):\n"
             "        super().__init__()\n"
-            "        if not windows or min(windows) <= 0:\n"
-            "            raise ValueError('windows must be a non-empty list of positive numbers')\n"
-            "        self.heads = nn.ModuleList(WindowHead(d_in, d_out, context_length, dropout, w, qkv_bias)\n"
-            "                                   for w in windows)\n"
+            "        slopes = list(slopes)\n"
+            "        if not slopes or min(slopes) < 0:\n"
+            "            raise ValueError(f'bad slopes={slopes}')\n"
+            "        self.slopes = slopes\n"
+            "        self.heads = nn.ModuleList(CausalAttention(d_in, d_out, context_length, dropout, qkv_bias)\n"
+            "                                   for _ in slopes)\n"
             "\n"
             "    def forward(self, x):\n"
-            "        return torch.cat(tuple(h(x) for h in self.heads), dim=2)\n"},
+            "        b, T, _ = x.shape\n"
+            "        gap = torch.arange(T).unsqueeze(1) - torch.arange(T).unsqueeze(0)\n"
+            "        future = gap < 0\n"
+            "        results = []\n"
+            "        for m, head in zip(self.slopes, self.heads):\n"
+            "            q, k, v = head.W_query(x), head.W_key(x), head.W_value(x)\n"
+            "            s = torch.einsum('bid,bjd->bij', q, k) / math.sqrt(k.shape[-1])\n"
+            "            w = torch.softmax(s.masked_fill(future, -torch.inf), dim=-1)\n"
+            "            w = w * torch.exp(-m * gap.clamp(min=0).to(w.dtype))\n"
+            "            w = w / w.sum(-1, keepdim=True)\n"
+            "            results.append(head.dropout(w) @ v)\n"
+            "        return torch.cat(results, dim=-1)\n"},
     },
-    "lookback_one_token_too_many": {
+    "alibi_key_position": {
+        # per row, -m (i - j) and +m j differ by a constant, which the softmax ignores
+        "kind": "correct",
+        "cells": {"alibi_wrapper": _alibi(scores="q @ k.transpose(1, 2) / k.shape[-1] ** 0.5 + self.slope * j")},
+    },
+    "alibi_lesson_heads": {
+        # the lesson's wrapper with the slopes taken and never used
         "kind": "mistake",
-        "cells": {"lookback_wrapper": _lookback(mask="torch.triu(ones, 1) | torch.tril(ones, -window - 1)")},
-        "fails": {"test_lookback_wrapper": "itself included", "test_lookback_wrapper_reach": "itself included"},
+        "cells": {"alibi_wrapper":
+            "class ALiBiWrapper(nn.Module):\n"
+            "    def __init__(self, d_in, d_out, context_length, dropout, slopes, qkv_bias=False):\n"
+            "        super().__init__()\n"
+            "        if not slopes or min(slopes) < 0:\n"
+            "            raise ValueError(f'slopes={slopes}')\n"
+            "        self.heads = nn.ModuleList([CausalAttention(d_in, d_out, context_length, dropout, qkv_bias)\n"
+            "                                    for _ in slopes])\n"
+            "\n"
+            "    def forward(self, x):\n"
+            "        return torch.cat([head(x) for head in self.heads], dim=-1)\n"},
+        "fails": {"test_alibi_wrapper": "ignored its slope", "test_alibi_longer": "context_length"},
     },
-    "lookback_window_both_ways": {
+    "alibi_library_causal": {
+        # PyTorch's causal attention in every head: it knows no distance
         "kind": "mistake",
-        "cells": {"lookback_wrapper": _lookback(mask="torch.triu(ones, window) | torch.tril(ones, -window)")},
-        "fails": {"test_lookback_wrapper": "looks back only", "test_lookback_wrapper_reach": "looks back only"},
+        "cells": {"alibi_wrapper": _alibi(scores="q @ k.transpose(1, 2) / k.shape[-1] ** 0.5").replace(
+            "        return self.dropout(w) @ v\n",
+            "        return torch.nn.functional.scaled_dot_product_attention(\n"
+            "            q, k, v, is_causal=True, dropout_p=self.dropout.p if self.training else 0.0)\n")},
+        "fails": {"test_alibi_wrapper": "ignored its slope", "test_alibi_longer": "ignores the slopes"},
     },
-    "lookback_plain_causal": {
+    "alibi_penalty_scaled": {
         "kind": "mistake",
-        "cells": {"lookback_wrapper": _lookback(mask="torch.triu(ones, 1)")},
-        "fails": {"test_lookback_wrapper": "plain causal mask", "test_lookback_wrapper_reach": "plain causal mask"},
+        "cells": {"alibi_wrapper": _alibi(scores="(q @ k.transpose(1, 2) - self.slope * distance) / k.shape[-1] ** 0.5")},
+        "fails": {"test_alibi_wrapper": "divided by sqrt(d_out)"},
     },
-    "lookback_first_window_for_all": {
+    "alibi_sign_flipped": {
         "kind": "mistake",
-        "cells": {"lookback_wrapper": _lookback(mask="torch.triu(ones, 1) | torch.tril(ones, -windows[0])")},
-        "fails": {"test_lookback_wrapper": "windows[h]", "test_lookback_wrapper_reach": "windows[h]"},
+        "cells": {"alibi_wrapper": _alibi(scores="q @ k.transpose(1, 2) / k.shape[-1] ** 0.5 + self.slope * distance")},
+        "fails": {"test_alibi_wrapper": "farther keys gained weight"},
     },
-    "lookback_heads_in_python_list": {
+    "alibi_future_open": {
+        # the penalty on |i - j| in place of the mask
         "kind": "mistake",
-        "cells": {"lookback_wrapper": _lookback(holder="[]")},
-        "fails": {"test_lookback_wrapper_reach": "registers"},
+        "cells": {"alibi_wrapper": _alibi(scores="q @ k.transpose(1, 2) / k.shape[-1] ** 0.5 - self.slope * "
+                                                 "distance.abs()").replace(
+            '        scores = scores.masked_fill(j > i, float("-inf"))\n', "")},
+        "fails": {"test_alibi_wrapper": "future must stay hidden"},
     },
-    "lookback_no_windows_check": {
+    "alibi_first_slope_for_all": {
         "kind": "mistake",
-        "cells": {"lookback_wrapper": _lookback(check="")},
-        "fails": {"test_lookback_wrapper": "raise ValueError naming it"},
+        "cells": {"alibi_wrapper": _alibi(head_slope="slopes[0]")},
+        "fails": {"test_alibi_wrapper": "slopes[h]"},
     },
+    "alibi_slopes_learned": {
+        "kind": "mistake",
+        "cells": {"alibi_wrapper": _alibi().replace("        self.slope = slope\n",
+                                                    "        self.slope = nn.Parameter(torch.tensor(float(slope)))\n")},
+        "fails": {"test_alibi_wrapper": "fixed, not learned"},
+    },
+    "alibi_no_slopes_check": {
+        "kind": "mistake",
+        "cells": {"alibi_wrapper": _alibi(check="")},
+        "fails": {"test_alibi_wrapper": "did not raise a ValueError"},
+    },
+    "alibi_mask_of_context_length": {
+        # right up to context_length, then the mask buffer is too small
+        "kind": "mistake",
+        "cells": {"alibi_wrapper": _alibi(scores="q @ k.transpose(1, 2) / k.shape[-1] ** 0.5 - self.slope * distance")
+                  .replace('        scores = scores.masked_fill(j > i, float("-inf"))\n',
+                           '        scores = scores.masked_fill(self.mask[:T, :T], float("-inf"))\n')},
+        "fails": {"test_alibi_longer": "context_length"},
+    },
+}
+
+
+PROOF = {
+    cell: {"lesson": ["alibi_lesson_heads"], "shortcut": ["alibi_library_causal"],
+           "correct": ["alibi_subclass_masked_fill", "alibi_sdpa_float_mask", "alibi_multiply_and_renormalise",
+                       "alibi_key_position"]}
+    for cell in ("test_alibi_wrapper", "test_alibi_longer")
 }

@@ -1,4 +1,4 @@
-"""Judges of step 06: MultiHeadAttentionWrapper, its registered heads, and choosing its width.
+"""Judges of step 06: MultiHeadAttentionWrapper, its registered heads, choosing its width, and ALiBi heads.
 
 The heads are the notebook's provided CausalAttention. Part 1 judges the wrapper's output against the heads it
 holds (their weights loaded one head at a time, then read back), so that heads kept in a plain list or one head used
@@ -8,7 +8,7 @@ import torch
 
 from attention_course import data
 from attention_course.probe import encode_tensor
-from attention_grader.judging import (G, Check, Expect, Program, compare, describe, expect_value_error,
+from attention_grader.judging import (G, Check, Expect, NamedMistake, Program, compare, describe, expect_value_error,
                                       raised_message)
 from attention_grader.judges.common import (EXACT, first_raised, floats_where_due, qkv_state, shape_problem, tensor_of,
                                             with_hint, with_later_tokens_changed)
@@ -321,171 +321,174 @@ def wrapper_with_output_width_arguments(inputs):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Part 4 (transfer): LookbackWrapper, heads with windows of their own
+# Parts 4 and 5 (transfer): ALiBiWrapper, heads that prefer recent tokens, on any number of tokens
 # ---------------------------------------------------------------------------------------------------------------
 
-LOOKBACK = "LookbackWrapper"
-WINDOW_RULE = ("token i of a head with window w sees the w tokens i - w + 1, ..., i: itself and w - 1 before it, never "
-               "a later one")
+ALIBI = "ALiBiWrapper"
 HEAD_LAYERS = ("every head has the layers of a CausalAttention head: W_query, W_key and W_value, from d_in to d_out, "
                "with a bias only with qkv_bias")
+ALIBI_RULE = ("the weight token i gives token j <= i is its plain causal weight times exp(-m * (i - j)), every row "
+              "normalised again: the same as subtracting m * (i - j) from the scaled scores before the softmax, the "
+              "future still hidden")
+IGNORED = ("every head ignored its slope: plain causal attention (the lesson's heads, or is_causal=True) knows no "
+           "distance; each head's weights must carry its own factor exp(-slopes[h] * (i - j))")
 
 
-def window_hidden(num_tokens, window, causal=True):
-    """True where head with `window` may not look (query i, key j)."""
-    behind = torch.arange(num_tokens)[:, None] - torch.arange(num_tokens)[None, :]
-    far_back = behind.abs() >= window if not causal else behind >= window
-    return far_back | (behind < 0) if causal else far_back
+def alibi_logits(scores, slope, behind, mistake):
+    """What the softmax of a head reads (scores already divided by sqrt(d_out)), right or with a known mistake."""
+    hidden = behind < 0
+    if mistake == "sign":
+        return (scores + slope * behind).masked_fill(hidden, float("-inf"))
+    if mistake == "future":
+        return scores - slope * behind
+    if mistake == "both_ways":
+        return scores - slope * behind.abs()
+    if mistake == "base_2":
+        return (scores - slope * behind * torch.log(torch.tensor(2.0, dtype=scores.dtype))).masked_fill(
+            hidden, float("-inf"))
+    return (scores - slope * behind).masked_fill(hidden, float("-inf"))
 
 
-def windowed_attention_64(state, x, hidden):
-    def project(name):
-        out = x @ state[f"{name}.weight"].double().T
-        return out + state[f"{name}.bias"].double() if f"{name}.bias" in state else out
+def alibi_expected(states, slopes, x, mistake=None):
+    """The heads' outputs side by side, in float64, with the weights in `states`, right or with a known mistake."""
+    outputs = []
+    t = x.shape[1]
+    positions = torch.arange(t)
+    behind = (positions[:, None] - positions[None, :]).double()
+    order = {"first": [slopes[0]] * len(slopes), "reversed": slopes[::-1], "ignored": [0.0] * len(slopes)}
+    for state, slope in zip(states, order.get(mistake, slopes)):
+        def project(name):
+            out = x @ state[f"{name}.weight"].double().T
+            return out + state[f"{name}.bias"].double() if f"{name}.bias" in state else out
 
-    queries, keys, values = project("W_query"), project("W_key"), project("W_value")
-    scores = (queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5).masked_fill(hidden, float("-inf"))
-    return torch.softmax(scores, dim=-1).nan_to_num(nan=0.0) @ values
+        queries, keys, values = project("W_query"), project("W_key"), project("W_value")
+        d_out = keys.shape[-1]
+        scores = queries @ keys.transpose(-2, -1) / d_out ** 0.5
+        if mistake == "scaled":
+            logits = (scores - slope * behind / d_out ** 0.5).masked_fill(behind < 0, float("-inf"))
+        elif mistake == "unnormalised":
+            logits = None
+            weights = torch.softmax(scores.masked_fill(behind < 0, float("-inf")), dim=-1) * torch.exp(
+                -slope * behind.clamp_min(0))
+        else:
+            logits = alibi_logits(scores, slope, behind, mistake)
+        if logits is not None:
+            weights = torch.softmax(logits, dim=-1)
+        outputs.append(weights @ values)
+    return torch.cat(outputs, dim=-1)
 
 
-def misreadings(num_tokens, windows):
-    """(hint, hidden mask of every head) for the likely misreadings of the windows."""
-    heads = len(windows)
-    return [
-        ("a window of w sees w tokens, the token itself included: the heads see one token too many (hide the keys "
-         "w or more positions back)", [window_hidden(num_tokens, w + 1) for w in windows]),
-        ("a window of w sees w tokens, the token itself included: the heads see one token too few",
-         [window_hidden(num_tokens, max(w - 1, 1)) for w in windows]),
-        ("a window looks back only: keep the future hidden, as CausalAttention's mask does",
-         [window_hidden(num_tokens, w, causal=False) for w in windows]),
-        ("every head kept the plain causal mask: a head's mask decides where it may look, so each head needs a mask "
-         "that also hides the tokens beyond its window", [window_hidden(num_tokens, num_tokens + 1)] * heads),
-        ("head h gets windows[h]; here every head used the first window",
-         [window_hidden(num_tokens, windows[0])] * heads),
-        ("head h gets windows[h], in the order of windows", [window_hidden(num_tokens, w) for w in windows[::-1]]),
-    ]
+ALIBI_MISTAKES = [
+    ("ignored", IGNORED),
+    ("sign", "the factor must shrink the weights of far keys: a key d = i - j tokens back gets exp(-m * d); here the "
+             "farther keys gained weight (the sign of the penalty, or a distance counted the other way)"),
+    ("scaled", "the penalty was divided by sqrt(d_out) with the scores: the factor exp(-m * (i - j)) multiplies step "
+               "04's weights as it is, so m * (i - j) is not scaled"),
+    ("unnormalised", "after multiplying by the factors, every row must be normalised again to sum to 1"),
+    ("future", "the future must stay hidden: the penalty only makes the past weigh less; keys after the query are "
+               "still blocked"),
+    ("both_ways", "the future must stay hidden: a penalty on |i - j| does not block the keys after the query"),
+    ("base_2", "the factor is exp(-m * d), base e, not 2 ** (-m * d)"),
+    ("first", "head h uses slopes[h]; here every head used the first slope"),
+    ("reversed", "head h uses slopes[h], in the order of slopes"),
+]
 
 
-def lookback_output_check(inputs, on, d_in, d_out, context, windows, bias, x):
-    what = f"{LOOKBACK}({d_in}, {d_out}, {context}, 0.0, windows={list(windows)}, qkv_bias={bias}) on {on}"
-    heads = len(windows)
-    states = [qkv_state(inputs, d_in, d_out, bias) for _ in range(heads)]
+def alibi_problem(what, mine, states, slopes, x, allowed=None):
+    """None when `mine` is the ALiBi output; otherwise a message naming the known mistake that reproduces it, or the
+    first head whose columns are wrong. `allowed`: the mistakes to name (all by default)."""
+    if torch.allclose(mine, alibi_expected(states, slopes, x), atol=1e-5, rtol=1e-4):
+        return None
+    for mistake, hint in ALIBI_MISTAKES:
+        if (allowed is None or mistake in allowed) and torch.allclose(
+                mine, alibi_expected(states, slopes, x, mistake), atol=1e-5, rtol=1e-4):
+            return NamedMistake(f"{what}: the output is not what the slopes ask for\n  likely mistake: {hint}")
+    d_out = mine.shape[-1] // len(slopes)
+    right = alibi_expected(states, slopes, x)
+    for h, slope in enumerate(slopes):
+        columns = slice(h * d_out, (h + 1) * d_out)
+        if not torch.allclose(mine[..., columns], right[..., columns], atol=1e-5, rtol=1e-4):
+            return with_hint(f"{what}: the output of head {h} (slope {slope}) has the wrong values; none of the usual "
+                             "mistakes gives these values", ALIBI_RULE + "; the heads' outputs side by side, in order")
+    return None
+
+
+def matching_mistake(mine, states, slopes, x):
+    """The name of the rule that gives `mine` ("right" or a known mistake; "ignored" last), or None."""
+    for mistake in ["right"] + [name for name, _ in ALIBI_MISTAKES if name != "ignored"] + ["ignored"]:
+        expected = alibi_expected(states, slopes, x, None if mistake == "right" else mistake)
+        if torch.allclose(mine, expected, atol=1e-5, rtol=1e-4):
+            return mistake
+    return None
+
+
+def alibi_program(inputs, d_in, d_out, context, slopes, bias, xs):
+    """The wrapper built, each head's weights loaded, in eval mode, run on each x of xs."""
+    states = [qkv_state(inputs, d_in, d_out, bias) for _ in slopes]
     p = Program()
-    wrapper = p.call(G(LOOKBACK), d_in, d_out, context, 0.0, windows=list(windows), qkv_bias=bias)
+    wrapper = p.call(G(ALIBI), d_in, d_out, context, 0.0, slopes=list(slopes), qkv_bias=bias)
     p.record(p.call(wrapper.attr("heads").attr("__len__")), "the number of heads")
     for h, state in enumerate(states):
         p.load(wrapper.attr("heads")[h], state)
     p.call(wrapper.attr("eval"))
-    x_ref = p.tensor(x)
-    p.record(p.call(wrapper, x_ref), "the output")
-    p.record(x_ref, "its input after the call")
-    out = heads + 1
+    refs = [p.tensor(x) for x in xs]
+    for ref in refs:
+        p.record(p.call(wrapper, ref), "the output")
+    for ref in refs:
+        p.record(ref, "its input after the call")
+    return p, states
 
-    def judge(got, want):
-        found = first_raised(got)
-        if found and found[0] == 0:
-            return raised_message(what, found[1], "one head per window, kept in self.heads")
-        if got[0] != want[0]:
-            return with_hint(f"{what}: self.heads holds {count_of(got[0])} heads, not len(windows)",
-                             "one head per window, in the order of windows")
-        if found:
-            return raised_message(what, found[1], HEAD_LAYERS if found[0] <= heads else WINDOW_RULE)
-        for h in range(heads):
-            problem = compare(got[1 + h], want[1 + h], f"{what}: head {h}", EXACT)
-            if problem:
-                return with_hint(problem, HEAD_LAYERS)
-        problem = shape_problem(got[out], want[out], f"{what}: the output",
-                                "the heads' outputs side by side: (b, T, d_out * len(windows))")
-        problem = problem or with_hint(compare(got[out + 1], want[out + 1], f"{what}: its input after the call",
-                                               EXACT), "it changed its input: use out-of-place operations on x")
+
+def alibi_setup_problem(what, got, want, heads, runs):
+    """A message when the wrapper could not be built, loaded or run, or its outputs are not shaped right."""
+    found = first_raised(got)
+    if found and found[0] == 0:
+        return raised_message(what, found[1], "one head per slope, kept in self.heads")
+    if got[0] != want[0]:
+        return with_hint(f"{what}: self.heads holds {count_of(got[0])} heads, not len(slopes)",
+                         "one head per slope, in the order of slopes")
+    if found:
+        return raised_message(what, found[1], HEAD_LAYERS if found[0] <= heads else "")
+    for h in range(heads):
+        problem = compare(got[1 + h], want[1 + h], f"{what}: head {h}", EXACT)
+        if problem:
+            return with_hint(problem, HEAD_LAYERS)
+    out = heads + 1
+    for index in range(out, out + runs):
+        problem = shape_problem(got[index], want[index], f"{what}: the output",
+                                "the heads' outputs side by side: (b, T, d_out * len(slopes))")
         if problem:
             return problem
-        mine = tensor_of(got[out]).double()
-        t = x.shape[1]
-        x64 = x.double()
-
-        def expected(hidden):
-            return torch.cat([windowed_attention_64(state, x64, mask) for state, mask in zip(states, hidden)], dim=-1)
-
-        right = expected([window_hidden(t, w) for w in windows])
-        if torch.allclose(mine, right, atol=1e-5, rtol=1e-4):
-            return None
-        for hint, hidden in misreadings(t, windows):
-            if torch.allclose(mine, expected(hidden), atol=1e-5, rtol=1e-4):
-                return f"{what}: the output is not what the windows allow\n  likely mistake: {hint}"
-        for h in range(heads):
-            columns = slice(h * d_out, (h + 1) * d_out)
-            if not torch.allclose(mine[..., columns], right[..., columns], atol=1e-5, rtol=1e-4):
-                return with_hint(f"{what}: the output of head {h} (window {windows[h]}) has the wrong values",
-                                 WINDOW_RULE + "; the heads' outputs side by side, in order")
-        return None
-
-    return Check(what, p, judge=judge)
+    for index in range(out + runs, out + 2 * runs):
+        problem = with_hint(compare(got[index], want[index], f"{what}: its input after the call", EXACT),
+                            "it changed its input: use out-of-place operations on x")
+        if problem:
+            return problem
+    return None
 
 
-def windows_error(windows):
-    p = Program()
-    p.call(G(LOOKBACK), 3, 2, 6, 0.0, windows=windows)
-    return expect_value_error(f"{LOOKBACK}(3, 2, 6, 0.0, windows={windows})", p, "windows")
-
-
-def lookback_wrapper(inputs):
-    checks = [lookback_output_check(inputs, "the (2, 6, 3) batch", 3, 2, 6, [1, 2, 6], False, BATCH),
-              lookback_output_check(inputs, "the first 4 tokens of the batch, (2, 4, 3)", 3, 2, 6, [1, 2, 6], False,
-                                    BATCH[:, :4].contiguous())]
-    for b, t, context, d_in, d_out, windows, bias in [(3, 7, 9, 4, 3, [3, 1, 5], True), (2, 8, 8, 5, 2, [2, 8], False),
-                                                      (1, 5, 10, 3, 4, [4, 2, 2, 12], True),
-                                                      (4, 6, 6, 2, 1, [5, 3], False), (2, 1, 4, 3, 2, [2], False)]:
-        checks.append(lookback_output_check(inputs, f"a random ({b}, {t}, {d_in}) input", d_in, d_out, context,
-                                            windows, bias, inputs.randn(b, t, d_in)))
-    return checks + [windows_error(w) for w in ([], [2, 0], [-1], [1, 3, -2])]
-
-
-def reach_check(inputs, d_in, d_out, context, windows, t):
-    """Which tokens each head's output depends on (a token changed at a time), whatever the weights."""
-    what = f"{LOOKBACK}({d_in}, {d_out}, {context}, 0.0, windows={windows}) on a random (2, {t}, {d_in}) input"
-    x = inputs.randn(2, t, d_in)
-    p = Program()
-    p.seed(inputs.seed())
-    wrapper = p.call(G(LOOKBACK), d_in, d_out, context, 0.0, windows=windows)
-    p.call(wrapper.attr("eval"))
-    p.record(p.call(wrapper, p.tensor(x)), "the output")
-    for j in range(t):
-        shifted = x.clone()
-        shifted[:, j] = shifted[:, j] + 1.0
-        p.record(p.call(wrapper, p.tensor(shifted)), f"the output with token {j} changed")
+def alibi_output_check(inputs, on, d_in, d_out, context, slopes, bias, x):
+    what = f"{ALIBI}({d_in}, {d_out}, {context}, 0.0, slopes={list(slopes)}, qkv_bias={bias}) on {on}"
+    p, states = alibi_program(inputs, d_in, d_out, context, slopes, bias, [x])
 
     def judge(got, want):
-        found = first_raised(got)
-        if found:
-            return raised_message(what, found[1])
-        for index in range(t + 1):
-            problem = shape_problem(got[index], want[index], f"{what}: the output",
-                                    "the heads' outputs side by side: (b, T, d_out * len(windows))")
-            if problem:
-                return problem
-        base = tensor_of(got[0]).double()
-        rows = [((tensor_of(got[1 + j]).double() - base).abs() > 1e-6).reshape(2, t, len(windows), d_out)
-                .any(dim=-1).any(dim=0) for j in range(t)]
-        seen = torch.stack(rows, dim=-1).permute(1, 0, 2)  # (heads, T, T): head, query, key
-        right = [~window_hidden(t, w) for w in windows]
-        if all(torch.equal(seen[h], right[h]) for h in range(len(windows))):
-            return None
-        for hint, hidden in misreadings(t, windows):
-            if all(torch.equal(seen[h], ~hidden[h]) for h in range(len(windows))):
-                return f"{what}: the tokens each head reads are not those its window allows\n  likely mistake: {hint}"
-        h = next(h for h in range(len(windows)) if not torch.equal(seen[h], right[h]))
-        wrong = (seen[h] != right[h]).nonzero().tolist()[:4]
-        return with_hint(f"{what}: head {h} (window {windows[h]}) reads tokens it should not, or misses tokens it "
-                         f"should read, e.g. (token, key) in {wrong}", WINDOW_RULE)
+        problem = alibi_setup_problem(what, got, want, len(slopes), 1)
+        return problem or alibi_problem(what, tensor_of(got[len(slopes) + 1]), states, slopes, x.double())
 
     return Check(what, p, judge=judge)
 
 
-def lookback_registered_check(d_in, d_out, context, rate, windows, bias, x):
-    what = f"{LOOKBACK}({d_in}, {d_out}, {context}, {rate}, windows={windows}, qkv_bias={bias})"
+def slopes_error(slopes):
     p = Program()
-    wrapper = p.call(G(LOOKBACK), d_in, d_out, context, rate, windows=windows, qkv_bias=bias)
+    p.call(G(ALIBI), 3, 2, 6, 0.0, slopes=slopes)
+    return expect_value_error(f"{ALIBI}(3, 2, 6, 0.0, slopes={slopes})", p, "slopes")
+
+
+def alibi_registered_check(d_in, d_out, context, rate, slopes, bias, x):
+    """Only the heads' layers are parameters (the slopes are fixed), and eval()/train() reach every head's dropout."""
+    what = f"{ALIBI}({d_in}, {d_out}, {context}, {rate}, slopes={slopes}, qkv_bias={bias})"
+    p = Program()
+    wrapper = p.call(G(ALIBI), d_in, d_out, context, rate, slopes=slopes, qkv_bias=bias)
     p.record(wrapper, "its parameters", kind="parameters")
     x_ref = p.tensor(x)
     for mode in ("eval", "train"):
@@ -499,17 +502,21 @@ def lookback_registered_check(d_in, d_out, context, rate, windows, bias, x):
             return raised_message(what, found[1])
         names = {str(entry[0]) for entry in got[0].get("parameters", [])}
         wanted = {str(entry[0]) for entry in want[0]["parameters"]}
+        if names - wanted and all("slope" in name.lower() for name in names - wanted):
+            return NamedMistake(with_hint(f"{what}: its parameters include {sorted(names - wanted)}",
+                                          "the slopes are fixed, not learned: keep them as a plain list or a buffer, "
+                                          "not an nn.Parameter"))
         problem = compare(got[0], want[0], f"{what}: its registered parameters", EXACT) or (
             names != wanted and f"{what}: its registered parameters are {sorted(names)[:6]}, not {sorted(wanted)[:6]}")
         if problem:
             return with_hint(problem, "keep the heads where PyTorch registers them (as in Part 1), every head with "
-                                      "its own layers; " + HEAD_LAYERS)
+                                      "its own layers and nothing else learned; " + HEAD_LAYERS)
         outputs = []
         for g, w in zip(got[1:], want[1:]):
             problem = shape_problem(g, w, f"{what}: an output", "the heads' outputs side by side")
             if problem:
                 return problem
-            outputs.append(tensor_of(g).double())
+            outputs.append(tensor_of(g))
         if not torch.equal(outputs[0], outputs[1]):
             return with_hint(f"{what}: in eval mode two outputs for the same input differ",
                              "eval() must reach every head's dropout: keep the heads registered")
@@ -521,19 +528,69 @@ def lookback_registered_check(d_in, d_out, context, rate, windows, bias, x):
     return Check(what, p, judge=judge)
 
 
-def lookback_wrapper_reach(inputs):
-    checks = [reach_check(inputs, 3, 2, 8, [3, 1, 5], 7)]
-    for d_in, d_out, context, windows, t in [(4, 3, 9, [2, 6, 1], 8), (2, 2, 12, [4, 9], 10), (3, 1, 5, [1, 5, 3], 5)]:
-        checks.append(reach_check(inputs, d_in, d_out, context, windows, t))
-    checks.append(lookback_registered_check(3, 2, 6, 0.5, [2, 4], False, BATCH))
-    for d_in, d_out, context, windows, bias in [(4, 3, 5, [1, 3, 5], True), (5, 2, 7, [6], False)]:
-        checks.append(lookback_registered_check(d_in, d_out, context, 0.4, windows, bias,
-                                                inputs.randn(30, context, d_in)))
-    return checks
+def alibi_wrapper(inputs):
+    checks = [alibi_output_check(inputs, "the (2, 6, 3) batch", 3, 2, 6, [0.25, 0.6931, 50.0], False, BATCH),
+              alibi_output_check(inputs, "the first 4 tokens of the batch, (2, 4, 3)", 3, 2, 6, [0.5, 0.25], False,
+                                 BATCH[:, :4].contiguous())]
+    for b, t, context, d_in, d_out, slopes, bias in [(3, 7, 9, 4, 3, [1.0, 0.0, 0.3], True),
+                                                     (2, 8, 8, 5, 2, [0.125, 2.0], False),
+                                                     (1, 5, 10, 3, 4, [0.5, 0.25, 0.125, 0.0625], True),
+                                                     (4, 6, 6, 2, 1, [0.7], False), (2, 1, 4, 3, 2, [1.5, 0.2], False)]:
+        checks.append(alibi_output_check(inputs, f"a random ({b}, {t}, {d_in}) input", d_in, d_out, context, slopes,
+                                         bias, inputs.randn(b, t, d_in)))
+    checks.append(alibi_registered_check(3, 2, 6, 0.5, [0.5, 0.25], False, BATCH))
+    checks.append(alibi_registered_check(4, 3, 5, 0.4, [1.0, 0.0, 0.1], True, inputs.randn(30, 5, 4)))
+    return checks + [slopes_error(s) for s in ([], [1.0, -0.5], [-0.25], [0.5, 0.25, -1.0])]
 
 
-# Part 4 builds heads that differ by design (a window each), which the lesson did not do.
-TRANSFER = {"test_lookback_wrapper", "test_lookback_wrapper_reach"}
+def alibi_longer_check(inputs, d_in, d_out, context, slopes, bias, b, short, long):
+    """The wrapper on `long` > context tokens, and on the first `short` of them. Graded on its own: the long output
+    must follow the rule the short one follows (Part 4 judges which rule that is), unless that rule ignores the
+    slopes; when no known rule gives the short output, the long one must at least agree with it on the first tokens."""
+    what = (f"{ALIBI}({d_in}, {d_out}, {context}, 0.0, slopes={list(slopes)}, qkv_bias={bias}) on a random "
+            f"({b}, {long}, {d_in}) input, longer than context_length")
+    x = inputs.randn(b, long, d_in)
+    p, states = alibi_program(inputs, d_in, d_out, context, slopes, bias, [x[:, :short].contiguous(), x])
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found and found[0] == len(slopes) + 2:
+            return raised_message(what, found[1], "nothing in the rule depends on a largest length: build what the "
+                                  "heads need (the hidden future, the distances) for the T tokens of x, not once for "
+                                  "context_length")
+        problem = alibi_setup_problem(what, got, want, len(slopes), 2)
+        if problem:
+            return problem
+        mine_short, mine = tensor_of(got[len(slopes) + 1]), tensor_of(got[len(slopes) + 2])
+        rule = matching_mistake(mine_short, states, slopes, x[:, :short].double())
+        if rule == "ignored":
+            return NamedMistake(with_hint(f"{what}: the output ignores the slopes", IGNORED))
+        if rule is not None:
+            expected = alibi_expected(states, slopes, x.double(), None if rule == "right" else rule)
+            if torch.allclose(mine, expected, atol=1e-5, rtol=1e-4):
+                return None
+            wrong = (mine - expected).abs().amax(dim=(0, 2)).gt(1e-5).nonzero().flatten().tolist()
+            return with_hint(f"{what}: tokens {wrong[:6]} do not follow the rule the first {short} tokens follow",
+                             "the same rule for every pair of tokens, whatever T: look at what the heads build from "
+                             "context_length")
+        if not torch.allclose(mine[:, :short], mine_short, atol=1e-5, rtol=1e-4):
+            return with_hint(f"{what}: the outputs of the first {short} tokens change when later tokens follow",
+                             "the heads are causal: hide the future of every token, for any T")
+        return None
+
+    return Check(what, p, judge=judge)
+
+
+def alibi_longer(inputs):
+    return [alibi_longer_check(inputs, d_in, d_out, context, slopes, bias, b, short, long)
+            for d_in, d_out, context, slopes, bias, b, short, long in [
+                (3, 2, 6, [0.5, 0.0], False, 2, 6, 15), (4, 3, 4, [1.0, 0.25, 0.0], True, 3, 4, 11),
+                (2, 2, 3, [0.125], False, 1, 3, 20), (5, 1, 8, [2.0, 0.5, 0.3, 0.1], True, 2, 5, 17)]]
+
+
+# Parts 4 and 5 build heads that differ by design (ALiBi), which the lesson did not do, and run them past the length
+# they are built for.
+TRANSFER = {"test_alibi_wrapper", "test_alibi_longer"}
 
 CELLS = {
     "test_wrapper_output": floats_where_due(wrapper_output),
@@ -541,6 +598,6 @@ CELLS = {
     "test_wrapper_arguments": floats_where_due(wrapper_arguments),
     "test_wrapper_with_output_width": floats_where_due(wrapper_with_output_width),
     "test_wrapper_with_output_width_arguments": floats_where_due(wrapper_with_output_width_arguments),
-    "test_lookback_wrapper": floats_where_due(lookback_wrapper),
-    "test_lookback_wrapper_reach": floats_where_due(lookback_wrapper_reach),
+    "test_alibi_wrapper": floats_where_due(alibi_wrapper),
+    "test_alibi_longer": floats_where_due(alibi_longer),
 }
