@@ -104,6 +104,52 @@ def shown(scores, why):
     return scores if scores is not None else f"not graded ({why or 'the grader recorded no reason'})"
 
 
+def floor(course_dir, answers):
+    """{step: [seconds per notebook]}: what no grader can beat. Each honest submission (answer keys, correct variants
+    and mistakes: a cheat or a broken notebook is never run outside the sandbox) is planned with this student's hidden
+    inputs, its cells run one after the other in one warm IPython shell of this process (no fork, no sandbox, no
+    nbgrader command), and its test cells judged."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import nbformat
+    from IPython.core.displayhook import DisplayHook
+    from IPython.core.displaypub import DisplayPublisher
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+    from attention_grader import forking, judging
+
+    config = Config()
+    config.CourseDirectory.root = str(course_dir)
+    shell = InteractiveShell.instance()
+    seconds = {}
+    streams = sys.stdout, sys.stderr
+    for (student, step), (_, kind) in sorted(answers.items()):
+        if kind not in ("correct", "mistake"):
+            continue
+        path = course_dir / "submitted" / student / step / f"{step}.ipynb"
+        nb = nbformat.read(path, as_version=4)
+        resources = {"nbgrader": {"assignment": step, "student": student, "notebook": step}}
+        shell.reset(new_session=False)
+        started = time.perf_counter()
+        nb, resources = judging.PlanHiddenChecks(config=config).preprocess(nb, resources)
+        run_cell = forking._cell_runner(60, plt, shell, DisplayHook, DisplayPublisher)
+        try:
+            for cell in nb.cells:
+                if cell.cell_type == "code":
+                    cell.outputs = [nbformat.NotebookNode(output) for output in run_cell(cell.source)]
+        finally:
+            sys.stdout, sys.stderr = streams
+        judging.JudgeCells(config=config).preprocess(nb, resources)
+        seconds.setdefault(step, []).append(time.perf_counter() - started)
+        failed = [cell_id for cell_id, cell in judging.autograded_test_cells(nb)
+                  if any(output.get("output_type") == "error" for output in cell.outputs)]
+        if kind == "correct" and failed:
+            raise RuntimeError(f"the floor failed {student}'s correct {step} in {failed}: it would not measure "
+                               "what the grader does")
+    return seconds
+
+
 def grade_plain(course_dir, steps):
     """One `nbgrader autograde` per step, then one `generate_feedback` per step; return both times, failures and
     {(student, step): why} for the submissions autograde could not grade."""
@@ -183,6 +229,35 @@ def grade_on_dask(work, base, answers, students, steps, counts):
         print(f"Dask, {rows[-1][0]} workers: {line.strip()}")
 
 
+def print_split(results, fed_results, floors, fast_seconds, fast_cores):
+    """Per step and for the class, seconds per notebook: the floor (cells, planning and judging of the honest
+    notebooks in one warm process) beside the grader's time and its parts, each summed in the workers."""
+    def mean(values):
+        return sum(values) / max(len(values), 1)
+
+    print("seconds per notebook, per step: the floor (honest notebooks: cells, planning and judging in one warm "
+          "process) beside the class grader (autograde, summed over workers) and its parts")
+    print(f"{'step':24s} {'floor':>7s} {'grader':>7s} {'x floor':>7s} {'sandbox':>8s} {'judging':>8s} "
+          f"{'nbgrader':>8s} {'feedback':>8s}")
+    steps = sorted({r["assignment"] for r in results})
+    for step in steps + ["class"]:
+        mine = [r for r in results if step in ("class", r["assignment"])]
+        fed = [r for r in fed_results if step in ("class", r["assignment"])]
+        low = mean([s for name, values in floors.items() if step in ("class", name) for s in values])
+        total = mean([r["seconds"] for r in mine])
+        sandbox = mean([r["executor_seconds"] for r in mine])
+        judge = mean([r.get("judge_seconds", 0.0) for r in mine])
+        feedback = mean([r.get("feedback_seconds", 0.0) for r in fed])
+        print(f"{step:24s} {low:7.3f} {total:7.3f} {total / max(low, 1e-9):7.1f} {sandbox:8.3f} {judge:8.3f} "
+              f"{total - sandbox - judge:8.3f} {feedback:8.3f}")
+    print("  sandbox: the notebook run in its forked, sandboxed child (namespaces, a fork per test cell and the "
+          "visible part run again, the cells); judging: planning hidden inputs, running the answer key, comparing; "
+          "nbgrader: its preprocessors, the gradebook's writes and the files; feedback: rendering the pages (the "
+          "autograde + feedback run)")
+    outside = fast_seconds - sum(r["seconds"] for r in results) / fast_cores
+    print(f"  wall time outside the workers (staging, start-up and warm-up, export): {outside:.1f} s for the class")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--students", type=int, default=40)
@@ -256,6 +331,8 @@ def main():
                                          out=io.StringIO())
         output = summary.getvalue()
         fast_why = fast_reasons(results)
+        log("the floor: honest notebooks in one warm process, no sandbox, no nbgrader")
+        floors = floor(fast_dir, answers)
 
         log("comparing grades")
         same, different = 0, []
@@ -292,21 +369,10 @@ def main():
     print()
     print(f"plain / fast: {autograde_seconds * scale / fast_seconds:.1f}x (autograde), "
           f"{(autograde_seconds + feedback_seconds) * scale / fed_seconds:.1f}x (autograde + feedback)")
-    worker_seconds = sum(result["seconds"] for result in results)
-    executor_seconds = sum(result["executor_seconds"] for result in results)
-    print(f"where the fast grader's time goes (autograde, summed over workers): {worker_seconds:.1f} s in workers = "
-          f"{executor_seconds:.1f} s running notebooks in forked children ({executor_seconds / total:.3f} s per "
-          f"notebook) + {worker_seconds - executor_seconds:.1f} s of nbgrader's own work (sanitise, restore cells, "
-          f"gradebook, files: {(worker_seconds - executor_seconds) / total:.3f} s per notebook); "
-          f"{fast_seconds - worker_seconds / fast_cores:.1f} s of wall time outside the workers (staging, start-up "
-          f"and warm-up, export)")
-    judge_seconds = sum(result.get("judge_seconds", 0.0) for result in results)
-    print(f"of nbgrader's own work, judging (planning hidden inputs, running the reference, comparing records): "
-          f"{judge_seconds:.1f} s ({judge_seconds / total:.3f} s per notebook)")
-    rendering = sum(result.get("feedback_seconds", 0.0) for result in fed_results)
-    print(f"feedback rendering (the autograde + feedback run): {rendering:.1f} s ({rendering / total:.3f} s per notebook)")
     print(f"plain nbgrader: {autograde_seconds / plain_count:.2f} s per notebook (autograde, "
           f"{len(steps)} command starts included)")
+    print()
+    print_split(results, fed_results, floors, fast_seconds, fast_cores)
     print()
     print(f"grades identical: {'yes' if not different else 'no'} ({same} of {same + len(different)} "
           f"submissions graded both ways)")

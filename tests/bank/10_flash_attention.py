@@ -616,6 +616,11 @@ VARIANTS.update({
                                              "fails": {"test_online_softmax": "own running maximum"}},
     "softmax_no_loop": {"kind": "mistake", "cells": {"online_softmax": _SOFTMAX_NO_LOOP},
                               "fails": {"test_online_softmax": "loop"}},
+    # a right online softmax that ignores the block size it is given: one column at a time
+    "softmax_one_column_at_a_time": {"kind": "mistake", "cells": {"online_softmax": _edit(
+        _SOFTMAX, ("range(0, x.shape[-1], block_size)", "range(x.shape[-1])"),
+        ("x[..., start:start + block_size]", "x[..., start:start + 1]"))},
+        "fails": {"test_online_softmax": "block of block_size columns at once"}},
     "tiled_triu_sign": {"kind": "mistake", "cells": {"tiled_attention": _TILED_TRIU_SIGN},
                               "fails": {"test_tiled_attention_causal": "start + j"}},
     "tiled_divides_every_block": {"kind": "mistake", "cells": {"tiled_attention": _TILED_DIVIDES_EVERY_BLOCK},

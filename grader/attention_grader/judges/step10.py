@@ -3,13 +3,12 @@
 Known mistakes are recognised by running the checks with the student's function replaced by a mistaken one written
 here (`mistake`): when the student's records are what the mistaken function computes, the message names the mistake.
 """
-import ast
 import functools
 
 import torch
 
 from attention_course import data
-from attention_grader.judging import (G, Check, Expect, Program, StudentCode, call_check, compare, expect_value_error,
+from attention_grader.judging import (G, Check, Expect, Program, call_check, compare, expect_value_error,
                                       raised_message)
 from attention_grader.judges.common import SOFTMAX_OPS, first_raised, library_ops, with_hint
 from attention_course.memory import OpTrace
@@ -103,33 +102,12 @@ ATTENTION_MISTAKES = (mistake(RESCALE_OUTPUT, "tiled_attention", mistaken_attent
 # Part 1: the online softmax
 # ---------------------------------------------------------------------------------------------------------------
 
-def is_validation(node):
-    """An assert, or an if whose body only raises: what checks an argument without computing with it."""
-    return isinstance(node, ast.Assert) or (isinstance(node, ast.If) and not node.orelse
-                                            and all(isinstance(n, ast.Raise) for n in node.body))
-
-
-def uses_block_size(sources):
-    """The second parameter of online_softmax, whatever its name, is used to compute, not only to be checked."""
-    code = StudentCode(sources)
-    function = next((node for _, node in reversed(code.bindings.get("online_softmax", ()))
-                     if isinstance(node, ast.FunctionDef)), None)
-    parameters = function.args.posonlyargs + function.args.args if function else []
-    if len(parameters) < 2:
-        return None  # not written as a def (the rule about how says why), or the calls fail and say so
-    name = parameters[1].arg
-    checks = [n for n in ast.walk(function) if is_validation(n)]
-    checked = {id(n) for check in checks for n in ast.walk(check)}
-    if any(isinstance(n, ast.Name) and n.id == name and id(n) not in checked for n in ast.walk(function)):
-        return None
-    return (f"online_softmax never computes with {name} (its block size)\n  likely mistake: loop over blocks of "
-            f"{name} columns, keeping a running maximum and sum (one pass), instead of computing the whole row at once")
-
-
 LIBRARY_SOFTMAX = SOFTMAX_OPS | {"logsumexp", "logcumsumexp"}
 TWO_PASS = ("the first pass over the blocks computes only the maximum: that is a two-pass softmax (maximum first, "
             "sums second). Keep a running sum with the running maximum, in the same pass, and rescale the sum by "
             "exp(m - m_new) when the maximum grows")
+IN_BLOCKS = ("compute with a block of block_size columns at once (its maximum, its exponentials), not one column or "
+             "a smaller piece at a time: block_size is what the caller chooses")
 WHOLE_ROW = ("loop over blocks of block_size columns and compute with each block (its maximum, its exponentials), "
              "updating a running maximum and sum; only the final exp(x - m) / l may read the whole row")
 
@@ -194,6 +172,11 @@ def one_pass_check(x, block_size):
                                 " before it has gone through the blocks"), WHOLE_ROW)
         if count > 1 and not any(str(op).startswith(("exp", "logaddexp")) for op in ops[first[0]:last]):
             return with_hint(f"{what}: it reads every block before computing any exponential", TWO_PASS)
+        spans = {(start, stop) for _, start, stop in got[0]["trace"]["reads"]}
+        partial = [k for k in range(length // block_size) if (k * block_size, (k + 1) * block_size) not in spans]
+        if block_size > 1 and partial:
+            return with_hint(f"{what}: no operation reads block {partial[0]} (columns {partial[0] * block_size} to "
+                             f"{(partial[0] + 1) * block_size - 1}) as a whole", IN_BLOCKS)
         return with_hint(compare(got[1], want[1], f"{what}: the result", Expect("", atol=1e-5, rtol=1e-4)),
                          GENERIC_SOFTMAX)
 
@@ -216,7 +199,7 @@ def online_softmax(inputs):
         check.mistakes = SOFTMAX_MISTAKES
         checks.append(check)
     checks += [one_pass_check(torch.arange(12, dtype=torch.float32) * 0.5, 3),
-               one_pass_check(inputs.randn(10, scale=3.0), 4), Check("online_softmax", source_rule=uses_block_size)]
+               one_pass_check(inputs.randn(10, scale=3.0), 4)]
     return checks
 
 
