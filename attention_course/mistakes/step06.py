@@ -24,13 +24,12 @@ LIKELY = {
                       "own layers (scores divided by sqrt(d_out), the future hidden)"),
     "alibi-steep": ("with slope 50 a key one token back gets exp(-50) of its weight: the head sees only the token "
                     "itself, so its output is its own value vector; if it is not, the factor shrinks the wrong keys or "
-                    "is not applied before the normalisation"),
+                    "is not applied before the normalisation; if it is nan, exp(-m * (i - j)) overflowed where j > i "
+                    "(apply the factor only where j <= i)"),
     "alibi-factor": ("with all scores 0 the weights of token 2 are proportional to exp(-log(2) * d) for the keys d = 2, "
                      "1, 0 tokens back: 1/4, 1/2, 1, normalised to 1/7, 2/7, 4/7. The factor must multiply the weights "
                      "before each row is normalised (or, the same thing, add -m * (i - j) to what the softmax reads), "
                      "and it is not divided by sqrt(d_out)"),
     "longer-runs": ("nothing in the rule depends on a largest length: build what the heads need (the hidden future, "
                     "the distances) for the T tokens of x, not once for context_length"),
-    "longer-finite": ("every token sees at least itself, so no row of weights is empty: hide the future of every "
-                      "token, for any T, and build the distances for T tokens"),
 }

@@ -254,7 +254,7 @@ VARIANTS = {
             "\n"
             "    def forward(self, x):\n"
             "        return torch.cat([head(x) for head in self.heads], dim=-1)\n"},
-        "fails": {"test_alibi_wrapper": "ignored its slope", "test_alibi_longer": "context_length"},
+        "fails": {"test_alibi_wrapper": "ignored its slope"},
     },
     "alibi_library_causal": {
         # PyTorch's causal attention in every head: it knows no distance
@@ -263,7 +263,7 @@ VARIANTS = {
             "        return self.dropout(w) @ v\n",
             "        return torch.nn.functional.scaled_dot_product_attention(\n"
             "            q, k, v, is_causal=True, dropout_p=self.dropout.p if self.training else 0.0)\n")},
-        "fails": {"test_alibi_wrapper": "ignored its slope", "test_alibi_longer": "ignores the slopes"},
+        "fails": {"test_alibi_wrapper": "ignored its slope"},
     },
     "alibi_penalty_scaled": {
         "kind": "mistake",
@@ -294,6 +294,15 @@ VARIANTS = {
                                                     "        self.slope = nn.Parameter(torch.tensor(float(slope)))\n")},
         "fails": {"test_alibi_wrapper": "fixed, not learned"},
     },
+    "alibi_factor_on_the_future": {
+        # the task's words taken literally over the whole matrix: exp(-m (i - j)) overflows above the diagonal
+        "kind": "mistake",
+        "cells": {"alibi_wrapper": _alibi(scores="q @ k.transpose(1, 2) / k.shape[-1] ** 0.5").replace(
+            "        w = torch.softmax(scores, dim=-1)\n",
+            "        w = torch.softmax(scores, dim=-1) * torch.exp(-self.slope * distance)\n"
+            "        w = w / w.sum(dim=-1, keepdim=True)\n")},
+        "fails": {"test_alibi_wrapper": "overflows where j > i"},
+    },
     "alibi_no_slopes_check": {
         "kind": "mistake",
         "cells": {"alibi_wrapper": _alibi(check="")},
@@ -305,7 +314,7 @@ VARIANTS = {
         "cells": {"alibi_wrapper": _alibi(scores="q @ k.transpose(1, 2) / k.shape[-1] ** 0.5 - self.slope * distance")
                   .replace('        scores = scores.masked_fill(j > i, float("-inf"))\n',
                            '        scores = scores.masked_fill(self.mask[:T, :T], float("-inf"))\n')},
-        "fails": {"test_alibi_longer": "context_length"},
+        "fails": {"test_alibi_wrapper": "context_length"},
     },
 }
 
@@ -314,5 +323,5 @@ PROOF = {
     cell: {"lesson": ["alibi_lesson_heads"], "shortcut": ["alibi_library_causal"],
            "correct": ["alibi_subclass_masked_fill", "alibi_sdpa_float_mask", "alibi_multiply_and_renormalise",
                        "alibi_key_position"]}
-    for cell in ("test_alibi_wrapper", "test_alibi_longer")
+    for cell in ("test_alibi_wrapper",)
 }
