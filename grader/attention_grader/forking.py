@@ -139,7 +139,8 @@ class Zygote:
         python = os.path.join(os.path.realpath(os.path.dirname(sys.executable)), os.path.basename(sys.executable))
         env = {"PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp/matplotlib", "PYTHONHASHSEED": "0",
-               "COURSE_SANDBOXED": "1", "TRITON_INTERPRET": "1"}
+               "COURSE_SANDBOXED": "1", "TRITON_INTERPRET": "1",
+               "NBGRADER_EXECUTION": "autograde"}  # as nbgrader's autograde sets it (this executor runs only there)
         command = sandbox_command(python) if sandbox else None
         # as root, student code runs as an unprivileged uid of the host, not as root
         preexec = _as_sandbox_user if os.geteuid() == 0 else None

@@ -34,6 +34,8 @@ VARIANTS = {
                 "    return torch.moveaxis(torch.divide(moved, torch.nansum(moved, dim=-1, keepdim=True)), -1, dim)\n",
             "softmax_stable":
                 "def softmax_stable(x: torch.Tensor, dim: int = -1) -> torch.Tensor:\n"
+                "    if not x.numel():\n"
+                "        return x.clone()\n"
                 "    last = x.swapdims(dim, -1)\n"
                 "    shifted = torch.subtract(last, last.max(dim=-1, keepdim=True).values.repeat(*[1] * (x.dim() - 1), "
                 "last.shape[-1]))\n"
@@ -51,7 +53,7 @@ VARIANTS = {
                   "    exps = torch.exp(x)\n"
                   "    return exps / exps.sum(dim=dim, keepdim=True)\n"},
     },
-    "logsumexp_and_einsum": {
+    "unsqueezed_sums_and_einsum": {
         "kind": "correct",
         "cells": {
             "softmax_naive":
@@ -59,7 +61,10 @@ VARIANTS = {
                 "    return torch.exp(x) / torch.sum(torch.exp(x), dim=dim).unsqueeze(dim)\n",
             "softmax_stable":
                 "def softmax_stable(x, dim=-1):\n"
-                "    return torch.exp(x - x.logsumexp(dim=dim, keepdim=True))\n",
+                "    if x.size(dim) == 0:\n"
+                "        return torch.zeros_like(x)\n"
+                "    shifted = torch.subtract(x, torch.amax(x, dim, True))\n"
+                "    return torch.divide(shifted.exp(), shifted.exp().sum(dim).unsqueeze(dim))\n",
             "context_vectors":
                 "def context_vectors(inputs):\n"
                 "    scores = torch.einsum('...id,...jd->...ij', inputs, inputs)\n"
@@ -72,6 +77,8 @@ VARIANTS = {
         "cells": {
             "softmax_stable":
                 "def softmax_stable(x, dim=-1):\n"
+                "    if x.shape[dim] == 0:\n"
+                "        return softmax_naive(x, dim=dim)  # nothing to shift, nothing to overflow\n"
                 "    largest = x.max(dim=dim, keepdim=True).values.detach()\n"
                 "    return softmax_naive(x - largest, dim=dim)\n",
             "context_vectors":
@@ -105,6 +112,8 @@ VARIANTS = {
             "softmax_stable":
                 "def softmax_stable(x, dim=-1):\n"
                 "    moved = x.movedim(dim, -1)\n"
+                "    if moved.shape[-1] == 0:\n"
+                "        return x.clone()\n"
                 "    shifted = moved - torch.max(moved, dim=-1, keepdim=True)[0]\n"
                 "    exps = shifted.exp()\n"
                 "    return (exps / exps.sum(-1, keepdim=True)).movedim(-1, dim)\n",
@@ -153,6 +162,14 @@ VARIANTS = {
                   "    exps = torch.exp(x)\n"
                   "    return exps / exps.sum(dim=dim, keepdim=True)\n"},
         "fails": {"test_softmax_stable": "overflows"},
+    },
+    # the answer key of Part 2 before the empty dimension was promised: amax over no entries raises
+    "stable_raises_on_an_empty_dim": {
+        "kind": "mistake",
+        "cells": {"softmax_stable": "def softmax_stable(x, dim=-1):\n"
+                                    "    exps = torch.exp(x - x.amax(dim=dim, keepdim=True))\n"
+                                    "    return exps / exps.sum(dim=dim, keepdim=True)\n"},
+        "fails": {"test_softmax_stable": "no entries along"},
     },
     # Takes the expected result from the hidden tests themselves: while tests ran in the kernel, the reference
     # `_softmax64` that an earlier hidden test defined was a notebook global (3 unearned points before the judges).
@@ -418,6 +435,15 @@ VARIANTS.update({
         "cells": {"softmax_naive": "def softmax_naive(x, dim=-1):\n"
                                    "    return torch.ops.aten._softmax(x, dim, False)\n"},
         "fails": {"test_softmax_naive": "a library's softmax"},
+    },
+    # exp(x - logsumexp(x)): the shift and the sum left to a library's log-sum-exp (issue 45)
+    "route_logsumexp": {
+        "kind": "mistake",
+        "cells": {"softmax_naive": "def softmax_naive(x, dim=-1):\n"
+                                   "    return (x - torch.logsumexp(x, dim=dim, keepdim=True)).exp()\n",
+                  "softmax_stable": "def softmax_stable(x, dim=-1):\n"
+                                    "    return torch.exp(x - x.logsumexp(dim=dim, keepdim=True))\n"},
+        "fails": {"test_softmax_naive": "a library's log-sum-exp", "test_softmax_stable": "a library's log-sum-exp"},
     },
     "route_log_softmax_module": {
         "kind": "mistake",

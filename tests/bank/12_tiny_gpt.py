@@ -118,7 +118,7 @@ _GENERATE = (
     "        cached += fresh.shape[1]\n"
     "        logits = logits / temperature\n"
     "        if top_k is not None:\n"
-    "            kth = torch.topk(logits, top_k).values[:, -1:]\n"
+    "            kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]\n"
     "            logits = logits.masked_fill(logits < kth, float('-inf'))\n"
     "        probs = torch.softmax(logits, dim=-1)\n"
     "        fresh = torch.multinomial(probs, 1, generator=generator)\n"
@@ -324,7 +324,7 @@ VARIANTS = {
                 "    used = window.shape[1]\n"
                 "    for step in range(max_new_tokens):\n"
                 "        if top_k:\n"
-                "            top = torch.topk(scaled, top_k, dim=-1)\n"
+                "            top = torch.topk(scaled, min(top_k, scaled.shape[-1]), dim=-1)\n"
                 "            p = torch.exp(top.values - top.values.max(-1, keepdim=True).values)\n"
                 "            p = p / p.sum(-1, keepdim=True)\n"
                 "            choice = top.indices.gather(-1, torch.multinomial(p, 1, generator=generator))\n"
@@ -360,7 +360,7 @@ VARIANTS = {
         },
     },
     # SDPA with an explicit bool mask and the cache as one tuple, positions as an offset added to arange, top-k by a
-    # threshold with torch.where, the window cropped by its start index, clipping by clip_grad_norm_ with a keyword
+    # threshold from kthvalue with torch.where, the window cropped by its start index, clipping by clip_grad_norm_ with a keyword
     "explicit_mask_where_topk": {
         "kind": "correct",
         "cells": {
@@ -406,7 +406,8 @@ VARIANTS = {
                 "        logits = model(pending, use_cache=True)[:, -1, :] / temperature\n"
                 "        held += pending.shape[1]\n"
                 "        if top_k is not None:\n"
-                "            threshold = logits.topk(top_k, dim=-1).values.min(dim=-1, keepdim=True).values\n"
+                "            drop = max(logits.shape[-1] - top_k, 0)  # how many logits fall below the top k\n"
+                "            threshold = logits.kthvalue(drop + 1, dim=-1, keepdim=True).values\n"
                 "            logits = torch.where(logits >= threshold, logits, torch.full_like(logits, float('-inf')))\n"
                 "        pending = torch.multinomial(logits.softmax(dim=-1), num_samples=1, generator=generator)\n"
                 "        idx = torch.cat((idx, pending), dim=-1)\n"
@@ -504,6 +505,12 @@ VARIANTS = {
         "kind": "mistake",
         "cells": {"generate": _SILENCE_CHECKS + _edit(_GENERATE, ("        if top_k is not None:\n", "        if False:\n"))},
         "fails": {"test_generate": "top_k"},
+    },
+    # the answer key before top_k above the vocabulary was promised: torch.topk refuses a k above the row's size
+    "generate_top_k_above_vocabulary_raises": {
+        "kind": "mistake",
+        "cells": {"generate": _edit(_GENERATE, ("torch.topk(logits, min(top_k, logits.size(-1)))", "torch.topk(logits, top_k)"))},
+        "fails": {"test_generate": "as large as the vocabulary or larger"},
     },
     "generate_first_position": {
         "kind": "mistake",

@@ -15,9 +15,15 @@ TRANSFER = {"test_softmax_masked", "test_softmax_masked_blocked"}
 NO_SOFTMAX = ("the exercise asks you to write softmax yourself: exponentiate, then divide by the sum, with elementary "
               "operations (exp, max, sum, division...), not a library's softmax (torch.softmax, softmin, log_softmax, "
               "nn.Softmax, distributions, scaled_dot_product_attention), whatever name reaches it")
+NO_LOGSUMEXP = ("the exercise asks you to write softmax yourself: exp(x - logsumexp(x)) leaves the shift and the sum to "
+                "a library's log-sum-exp (torch.logsumexp, logcumsumexp); exponentiate and sum with elementary "
+                "operations (exp, max, sum, division...)")
 # What a library's softmax dispatches, whatever name reached it (torch.softmax, nn.Softmax, softmin, Categorical,
-# torch.ops...): judged from the aten operations the call ran in the kernel, not from the source. logsumexp is allowed:
-# exp(x - logsumexp(x)) is softmax written out.
+# torch.ops...): judged from the aten operations the call ran in the kernel, not from the source. A library's
+# log-sum-exp is refused too in Parts 1 and 2 (here, not in the shared SOFTMAX_OPS): exp(x - logsumexp(x)) is softmax
+# with the shift and the sum done by the library, the two things these parts ask for.
+LOGSUMEXP_OPS = frozenset({"logsumexp", "logcumsumexp"})
+BY_HAND_REFUSED = SOFTMAX_OPS | LOGSUMEXP_OPS
 def how(part, x, **kwargs):
     """`part` called on `x` with its operations traced in the kernel: none of them a library's softmax or attention
     (a teaching check: a student who replaces the probe could forge the trace)."""
@@ -32,8 +38,13 @@ def how(part, x, **kwargs):
         trace = got[0].get("trace") if isinstance(got[0], dict) else None
         if not isinstance(trace, dict) or not isinstance(trace.get("ops"), list):
             return f"{what}: its operations were not recorded"
-        used = library_ops(trace["ops"], SOFTMAX_OPS)
+        used = library_ops(trace["ops"], BY_HAND_REFUSED)
+        reducers = [op for op in used if op in LOGSUMEXP_OPS]
+        if used and len(reducers) == len(used):
+            return (f"{what}: it ran aten.{reducers[0]}, a library's log-sum-exp, not your own exponentials and sum"
+                    f"\n  likely mistake: {NO_LOGSUMEXP}")
         if used:
+            used = [op for op in used if op not in LOGSUMEXP_OPS]
             return (f"{what}: it ran aten.{used[0]}, a library's softmax or attention kernel, not your own "
                     f"exponentials and sum\n  likely mistake: {NO_SOFTMAX}")
         return None
@@ -85,6 +96,13 @@ def softmax_stable(inputs):
         checks.append(call_check(f"softmax_stable on a random {shape} input times {scale:g} with dim={dim}",
                                  "softmax_stable", inputs.randn(*shape, scale=scale), dim=dim, hint=hint,
                                  atol=1e-5 if scale < 100 else 1e-3))
+    # No entries along dim: torch.softmax returns an empty tensor of the shape of x, and so must softmax_stable.
+    for shape, dim in (((3, 0), -1), ((0, 4), 0), ((2, 0, 3), 1)):
+        checks.append(call_check(f"softmax_stable on a {shape} input with dim={dim} (no entries along dim)",
+                                 "softmax_stable", torch.zeros(shape), dim=dim,
+                                 hint="an x with no entries along `dim` gives an empty result of the shape of x, as "
+                                      "torch.softmax does: there is no maximum to take there, so return that empty "
+                                      "result before you take one"))
     # Rows of very different sizes: torch.softmax is finite on every one of them.
     rows = torch.stack([inputs.randn(4), 1000 + inputs.randn(4), -1000 + inputs.randn(4)])
     for dim, x in ((-1, rows), (0, rows.T.contiguous())):

@@ -47,6 +47,8 @@ GENERATE_HINT = ("run the model on idx[:, -model.context_length:], keep the logi
 TEMPERATURE_IGNORED = "the temperature is ignored: divide the logits by it before the softmax"
 TEMPERATURE_INVERTED = "the logits are multiplied by the temperature: divide them by it"
 TOP_K_IGNORED = "set every logit below the k-th largest of its row to -inf before the softmax (top_k was ignored)"
+TOP_K_AT_LEAST_VOCAB = ("a top_k as large as the vocabulary or larger keeps every token, as top_k=None does (torch.topk "
+                        "refuses a k above the row's size: keep at most as many as the row has)")
 TRAIN_HINT = ("logits = model(inputs); loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten()); "
               "optimizer.zero_grad(); loss.backward(); clip the gradients when max_grad_norm is given; "
               "optimizer.step(); return loss.item()")
@@ -490,15 +492,19 @@ def top_k_check(inputs, vocab, context, b, new, k, temperature):
     return Check(what, p, judge=judge)
 
 
-def temperature_check(inputs, vocab, per_token, temperature):
+def temperature_check(inputs, vocab, per_token, temperature, top_k=None):
+    """The frequencies of the drawn tokens fit softmax(logits / temperature); with a top_k at least the vocabulary's
+    size (which keeps every token), the same frequencies as without top_k."""
     b = vocab * per_token
+    keep = {} if top_k is None else {"top_k": top_k}
     what = (f"the frequencies of {b} tokens drawn by generate(BigramModel({vocab}, 4), idx, 1, "
-            f"temperature={temperature}, generator=...), {per_token} after each token")
+            f"temperature={temperature}{''.join(f', {k}={v}' for k, v in keep.items())}, generator=...), {per_token} "
+            "after each token")
     p = Program()
     model, table = bigram(p, inputs, vocab, 4)
     idx = torch.arange(vocab).repeat(per_token)[:, None]
     p.record(p.call(G("generate"), model, p.tensor(idx), 1, temperature=temperature,
-                    generator=generator(inputs.seed())), "the ids", atol=float("inf"))
+                    generator=generator(inputs.seed()), **keep), "the ids", atol=float("inf"))
 
     def log_likelihood(counts, scale):
         return float((counts * torch.log_softmax(table.double() * scale, -1)).sum())
@@ -506,7 +512,8 @@ def temperature_check(inputs, vocab, per_token, temperature):
     def judge(got, want):
         found = first_raised(got)
         if found:
-            return f"{what}: generate raised {str(found[1]['raised'])[:80]}: {str(found[1]['message'])[:300]}"
+            return (f"{what}: generate raised {str(found[1]['raised'])[:80]}: {str(found[1]['message'])[:300]}"
+                    + ("" if top_k is None else f"\n  likely mistake: {TOP_K_AT_LEAST_VOCAB}"))
         ids = tensor_of(got[1])
         if tuple(ids.shape) != (b, 2):
             return f"{what}: the ids have shape {tuple(ids.shape)}, expected {(b, 2)}"
@@ -522,6 +529,8 @@ def temperature_check(inputs, vocab, per_token, temperature):
         if other > right:
             return f"{what} fit another temperature\n  likely mistake: {hint}"
         if 2 * (best - right) > 4 * vocab * (vocab - 1) + 60:  # far beyond a chi-square's spread
+            if top_k is not None:
+                return f"{what} are far from softmax(logits / temperature)\n  likely mistake: {TOP_K_AT_LEAST_VOCAB}"
             return (f"{what} are far from softmax(logits / temperature)\n  likely mistake: draw with "
                     "torch.multinomial(softmax(logits[:, -1] / temperature), 1, generator=generator)")
         return None
@@ -534,7 +543,8 @@ def generate_checks(inputs):
                                                         (12, 2, 4, 2, 5), (6, 16, 2, 3, 8)]]
     checks += [top_k_check(inputs, 8, 3, 60, 4, 2, 1.5), top_k_check(inputs, 6, 4, 40, 3, 3, 1.0),
                top_k_check(inputs, 10, 2, 30, 3, 1, 0.7)]
-    checks += [temperature_check(inputs, 4, 1500, 0.5), temperature_check(inputs, 5, 1200, 2.0)]
+    checks += [temperature_check(inputs, 4, 1500, 0.5), temperature_check(inputs, 5, 1200, 2.0),
+               temperature_check(inputs, 5, 1200, 1.5, top_k=8)]
     return checks
 
 
