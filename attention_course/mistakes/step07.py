@@ -4,9 +4,8 @@ fails."""
 LIKELY = {
     "split_heads-1": "the result is (b, num_heads, T, head_dim): split the last dimension, then swap tokens and heads",
     "split_heads-2": (
-        "head h holds columns h*head_dim:(h+1)*head_dim of every token: cut the last dimension into heads "
-        "first, then move the heads in front of the tokens; one reshape to (b, num_heads, T, head_dim) mixes "
-        "up tokens"),
+        "head h must hold columns h*head_dim:(h+1)*head_dim of every token: print split_heads(x, 2)[0, 1] beside "
+        "x[0, :, 3:6] and see where its numbers come from"),
     "merge_heads-1": (
         "after transpose(1, 2) the tensor is not contiguous: call .contiguous() before .view(), or use "
         ".reshape()"),
@@ -21,14 +20,14 @@ LIKELY = {
         "self.register_buffer(\"mask\", torch.triu(...)) keeps the mask with the module (state_dict, "
         ".to(device))"),
     "multi_head_attention-4": (
-        "print the shape after each step; a view after a transpose needs .contiguous() first (or use reshape)"),
+        "print the shape of each tensor after each step: the message names the sizes that met"),
     "multi_head_attention-5": "the output is (b, T, d_out): merge the heads again",
     "multi_head_attention-6": (
-        "earlier tokens see a later one: did you keep the result of masked_fill, and take softmax over the "
-        "last dimension (the keys)?"),
+        "earlier tokens see a later one: the masked scores must be what goes into the softmax, and no step may "
+        "mix numbers of different tokens"),
     "multi_head_attention-7": (
-        "divide the scores by sqrt(head_dim), not sqrt(d_out); softmax over the last dimension; apply "
-        "out_proj to the merged heads"),
+        "compare each step with the task on this small batch (scores of every head, mask, scale, softmax over "
+        "the keys, weighted sum, merge, out_proj), printing shapes and a few numbers"),
     "wrapper_to_split-1": "print the shapes: an nn.Linear weight is (out_features, in_features)",
     "wrapper_to_split-2": "d_out = num_heads * head_dim = 6; each head's weight is (head_dim, d_in) = (3, 6)",
     "wrapper_to_split-3": "read the wrapper's weights, do not write to them",

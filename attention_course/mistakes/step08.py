@@ -5,9 +5,11 @@ LIKELY = {
     "combined_qkv-2": "nn.Linear(d_in, 3 * d_out) stores its weight as (3 * d_out, d_in)",
     "combined_qkv-3": "the output is d_out wide, like step 07's",
     "combined_qkv-4": (
-        "split the qkv output in the order queries, keys, values (not keys first), and divide the scores by "
-        "sqrt(head_dim) before the softmax"),
-    "combined_qkv-5": "a token must not see later tokens: mask the scores above the diagonal with -inf",
+        "compare each step with step 07's forward above (queries, keys and values from the qkv output, heads, "
+        "scores, mask, scale, softmax, merge, out_proj), printing shapes and a few numbers"),
+    "combined_qkv-5": (
+        "a token must not see later tokens: the masked scores must go into the softmax, and no reshape may mix "
+        "numbers of different tokens"),
     "combined_from_split-1": "an nn.Linear weight is (out_features, in_features): the fused weight has 3 * d_out rows",
     "combined_from_split-2": (
         "the fused weight stacks the three (d_out, d_in) weights along dim 0, not side by side (dim 1)"),
@@ -21,7 +23,8 @@ LIKELY = {
     "sdpa_causal_bool_mask-1": (
         "a float mask is added to the scores instead; build it with dtype=torch.bool or compare with >="),
     "sdpa_causal_bool_mask-2": (
-        "True on and below the diagonal: SDPA's convention is the opposite of step 04's causal_mask"),
+        "query i may see keys 0..i: print the mask and check each row against the value SDPA reads as 'may "
+        "attend'"),
     "sdpa_causal_bool_mask-3": (
         "the future leaks into earlier tokens: True must mean 'may attend' (on and below the diagonal)"),
     "sdpa_attention-1": "merge the heads back to (b, T, d_out) before out_proj",
@@ -31,9 +34,12 @@ LIKELY = {
     "sdpa_attention-3": (
         "SDPA applies dropout_p even in eval mode: pass a rate above 0 only while self.training is True"),
     "sdpa_attention-4": (
-        "the future leaks: pass is_causal=True (or a bool attn_mask that is True where attention is ALLOWED)"),
+        "the future leaks: check what tells SDPA to be causal, and that no reshape mixes numbers of different "
+        "tokens"),
     "sdpa_attention-5": "use the parameter names of step 07, so that trained weights load into it",
-    "sdpa_attention-6": "do not scale by sqrt(head_dim) yourself: SDPA does it already",
+    "sdpa_attention-6": (
+        "compare each step with step 07's forward above (projections, heads, the arguments of SDPA, merge, "
+        "out_proj), printing shapes and a few numbers"),
     "padded_sdpa_attention-1": "one call for the whole batch: build one attn_mask that fits every sentence",
     "padded_sdpa_attention_left-1": (
         "a row of the mask with no allowed key can give nan: which key may such a query always attend to?"),

@@ -415,7 +415,7 @@ VARIANTS = {
             ),
         },
         "fails": {
-            "test_split_heads": "move the heads in front of the tokens",
+            "test_split_heads": "straight as (b, num_heads, T, head_dim)",
             "test_multi_head_attention": "has the wrong values",
         },
     },
@@ -456,7 +456,7 @@ VARIANTS = {
         "kind": "mistake",
         "cells": {"multi_head_attention": _mha_with("self.head_dim ** 0.5, dim=-1)", "self.head_dim ** 0.5, dim=-2)")},
         "fails": {
-            "test_multi_head_attention": "softmax over the last dimension",
+            "test_multi_head_attention": "the softmax runs over the queries",
         },
     },
     "masked_fill_result_dropped": {
@@ -464,7 +464,7 @@ VARIANTS = {
         "cells": {"multi_head_attention": _mha_with("        attn_scores = attn_scores.masked_fill(",
                                                     "        attn_scores.masked_fill(")},
         "fails": {
-            "test_multi_head_attention": "did you keep the result of masked_fill",
+            "test_multi_head_attention": "the result of masked_fill is not kept",
         },
     },
     "out_proj_missing": {
@@ -575,7 +575,7 @@ VARIANTS = {
         "cells": {"split_to_wrapper": _split_back_with(
             "    if not qkv_bias and (out_bias != 0).any():\n"
             "        raise ValueError(\"out_proj has a bias, which heads without biases cannot add\")\n", "")},
-        "fails": {"test_split_to_wrapper": "the layers have none"},
+        "fails": {"test_split_to_wrapper": "the layers have no biases and out_proj has one"},
     },
     "back_only_the_identity": {
         "kind": "mistake",
@@ -652,7 +652,7 @@ VARIANTS = {
         "cells": {"gpt2_small_attention_params": (
             "def gpt2_small_attention_params():\n"
             "    return 4 * 768 * 768 + 768\n")},
-        "fails": {"test_gpt2_small_attention_params": "has a bias"},
+        "fails": {"test_gpt2_small_attention_params": "counted without biases"},
     },
 }
 

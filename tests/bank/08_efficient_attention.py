@@ -351,7 +351,7 @@ VARIANTS = {
                   "        scores = (q @ k.mT / q.shape[-1] ** 0.5).masked_fill(self.mask[:t, :t], float('-inf'))\n"
                   "        weights = self.dropout(torch.softmax(scores, dim=-1))\n"
                   "        return self.out_proj((weights @ v).transpose(1, 2).reshape(b, t, self.d_out))\n"},
-        "fails": {"test_combined_qkv": "queries, keys, values"},
+        "fails": {"test_combined_qkv": "read as keys, queries, values"},
     },
     "fused_weights_cat_dim1": {
         "kind": "mistake",
@@ -395,7 +395,7 @@ VARIANTS = {
     "sdpa_inverted_bool_mask": {
         "kind": "mistake",
         "cells": {"sdpa_attention": _SDPA_INVERTED_MASK},
-        "fails": {"test_sdpa_attention": "True where attention is ALLOWED"},
+        "fails": {"test_sdpa_attention": "True where attention is blocked"},
     },
     # The same with the visible checks silenced: the hidden checks name the convention too.
     "sdpa_inverted_bool_mask_checks_silenced": {
@@ -480,7 +480,7 @@ VARIANTS = {
                   "        out = F.scaled_dot_product_attention(q, k, v, is_causal=True,\n"
                   "                                             dropout_p=self.dropout_p if self.training else 0.0)\n"
                   "        return self.out_proj(out.transpose(1, 2).reshape(b, t, self.d_out))\n"},
-        "fails": {"test_sdpa_attention": "SDPA does it already"},
+        "fails": {"test_sdpa_attention": "SDPA divides the scores again"},
     },
     "sdpa_without_context_length_check": {
         "kind": "mistake",
@@ -536,7 +536,7 @@ VARIANTS = {
                   "        scores = (q @ k.mT / q.shape[-1] ** 0.5).masked_fill(self.mask, float('-inf'))\n"
                   "        weights = self.dropout(torch.softmax(scores, dim=-1))\n"
                   "        return self.out_proj((weights @ v).transpose(1, 2).reshape(b, t, self.d_out))\n"},
-        "fails": {"test_combined_qkv": "slice the mask"},
+        "fails": {"test_combined_qkv": "slice it to the number of tokens"},
     },
     "part1_wrong_part2_right": {
         "kind": "mistake",
@@ -553,7 +553,7 @@ VARIANTS = {
                 "        return self.out_proj((weights @ v).transpose(1, 2).reshape(b, t, self.d_out))\n",
             "combined_from_split": _COMBINED_FROM_SPLIT_LOAD,
         },
-        "fails": {"test_combined_qkv": "queries, keys, values"},
+        "fails": {"test_combined_qkv": "compare each step with step 07's forward"},
     },
     "part1_crashes_part2_right": {
         "kind": "mistake",

@@ -1,36 +1,97 @@
-"""Judges of step 08: fused QKV projection, SDPA's mask convention, attention on SDPA."""
+"""Judges of step 08: fused QKV projection, SDPA's mask convention, attention on SDPA.
+
+Known mistakes are named by running them: the answer key with its module replaced by step 07's MistakenAttention
+(the mistakes of a multi-head module, shared), or its padded_sdpa_attention by a mistaken one written here; a check
+names one only when the student's records are what it computes (step07.matched_records).
+"""
+import functools
+import re
 
 import torch
+import torch.nn.functional as F
 
 from attention_course import data
-from attention_grader.judging import (G, Check, Expect, Program, call_check, compare, default_judge,
+from attention_grader.judging import (G, Check, Expect, NamedMistake, Program, call_check, compare, default_judge,
                                      expect_value_error, raised_message, require_call)
 from attention_grader.judges.common import (ANY_VALUES, CLASS, attention_state, built_like_check, dropout_check,
                                             first_raised, forward_check, linear_state, returns_check, tensor_of,
                                             with_hint, with_later_tokens_changed)
+from attention_grader.judges.step07 import mistaken, module_mistakes, matched_records
 
 BATCH = data.journey_batch()  # (2, 6, 3)
 CONFIGS = [(5, 6, 3, 9, 7, 2, False), (4, 8, 2, 5, 5, 3, True), (7, 4, 4, 12, 1, 1, False), (3, 10, 5, 8, 6, 2, True)]
 
+NONE_RAISES = ("none of the usual mistakes raises this: print the shape of each tensor after each step, and compare "
+               "the sizes the message names with those the line above says they come from")
+NONE_GIVES = ("none of the usual mistakes gives these values: compare each step with step 07's forward on a small "
+              "input, printing shapes and a few numbers")
+NONE_CAUSAL = ("a token sees later tokens, and none of the usual mistakes gives these values: check what masks the "
+               "future, and that no reshape mixes numbers of different tokens")
 COMBINED_HINTS = dict(
     parameters_hint="qkv = nn.Linear(d_in, 3 * d_out, bias=qkv_bias) and out_proj = nn.Linear(d_out, d_out)",
-    runs_hint="inputs may be shorter than context_length: slice the mask to the actual number of tokens; a view "
-              "after a transpose needs .contiguous() first (or use reshape)",
-    value_hint="split the qkv output in the order queries, keys, values (not keys first), and divide the scores by "
-               "sqrt(head_dim) before the softmax",
-    again_hint="eval mode must be deterministic: use nn.Dropout so that model.eval() turns it off",
-    causal_hint="a token must not see later tokens: mask the scores above the diagonal with -inf")
+    runs_hint=NONE_RAISES, value_hint=NONE_GIVES, causal_hint=NONE_CAUSAL,
+    again_hint="dropout still acts in eval mode: F.dropout(x, p) drops whatever the mode unless given "
+               "training=self.training; use nn.Dropout so that model.eval() turns it off")
 MASK_CONVENTION = ("SDPA reads a bool attn_mask as True = may attend, the opposite of step 04's causal_mask (True = "
                    "blocked)")
 SDPA_HINTS = dict(
     parameters_hint="W_query, W_key, W_value = nn.Linear(d_in, d_out, bias=qkv_bias) and out_proj = "
                     "nn.Linear(d_out, d_out), the names of step 7, so that trained weights load into it",
-    runs_hint="SDPA takes (b, num_heads, T, head_dim) queries, keys and values; build any mask for the actual "
-              "number of tokens",
-    value_hint="do not scale by sqrt(head_dim) yourself: SDPA does it already",
-    again_hint="SDPA applies dropout_p even in eval mode: pass dropout_p=self.dropout.p if self.training else 0.0",
-    causal_hint="the future leaks: pass is_causal=True, or a bool attn_mask that is True on and below the diagonal; "
-                + MASK_CONVENTION)
+    runs_hint=NONE_RAISES, value_hint=NONE_GIVES, causal_hint=NONE_CAUSAL,
+    again_hint="SDPA applies dropout_p even in eval mode: pass dropout_p=self.dropout.p if self.training else 0.0")
+BOTH_MASKS = ("SDPA refuses an attn_mask together with is_causal=True (some of its kernels, e.g. with dropout, raise): "
+              "pass is_causal=True alone for a causal mask, or one attn_mask that holds everything")
+FUSED = "MultiHeadAttentionCombinedQKV"
+# the usual mistakes of a multi-head module (step 07's table), on the fused layout and on SDPA, and those of each
+COMBINED_MISTAKES = module_mistakes(FUSED, ["scale", "mask", "scores", "heads", "out_proj"], fused=True) + (
+    ("the fused output is cut per head as (num_heads, 3, head_dim), queries, keys and values interleaved head by "
+     "head: the contract has all queries in the first d_out columns, then the keys, then the values (view as (b, T, "
+     "3, num_heads, head_dim), or .split(d_out, dim=-1))", {FUSED: mistaken(fused=True, qkv_order="per_head")}),
+    ("the qkv output is read as keys, queries, values: the contract puts the queries in its first d_out columns, "
+     "then the keys, then the values", {FUSED: mistaken(fused=True, qkv_order="kqv")}),
+    ("the qkv output is cut along dim 0, the batch: cut it along the last dimension, .split(d_out, dim=-1)",
+     {FUSED: mistaken(fused=True, qkv_order="batch")}),
+    ("qkv never has a bias: pass bias=qkv_bias to nn.Linear", {FUSED: mistaken(fused=True, bias=False)}),
+)
+
+
+def bias_named(check):
+    """`check`, whose message names a qkv bias that qkv_bias does not ask for, read from the parameters the module
+    has (an extra bias gets random numbers, so running the mistake cannot reproduce its outputs)."""
+    judge = check.judge
+
+    def judged(got, want):
+        problem = judge(got, want)
+        if problem and got and "parameters" in got[0] and "parameters" in want[0]:
+            names = {str(entry[0]) for entry in got[0]["parameters"]}
+            if names - {str(entry[0]) for entry in want[0]["parameters"]} == {"qkv.bias"}:
+                return NamedMistake(problem.split("\n  likely mistake: ")[0] + "\n  likely mistake: qkv has a bias "
+                                    "although qkv_bias=False: pass bias=qkv_bias to nn.Linear")
+        return problem
+
+    check.judge = judged
+    return check
+SDPA_MISTAKES = module_mistakes("MultiHeadAttentionSDPA", ["heads", "out_proj"], sdpa="causal") + tuple(
+    (hint, {"MultiHeadAttentionSDPA": mistaken(**changes)}) for hint, changes in (
+        ("SDPA is called without is_causal=True (or a mask): every token sees the future", dict(sdpa="none")),
+        ("the mask passed as attn_mask is True where attention is blocked (step 04's convention): " + MASK_CONVENTION
+         + "; pass is_causal=True", dict(sdpa="blocked")),
+        ("the queries are divided by sqrt(head_dim) and SDPA divides the scores again: do not scale yourself",
+         dict(sdpa="causal", scale="twice"))))
+
+
+def both_masks_named(check):
+    """`check`, whose message names BOTH_MASKS where the module raised SDPA's error about attn_mask and is_causal."""
+    judge = check.judge
+
+    def judged(got, want):
+        problem, found = judge(got, want), first_raised(got)
+        if problem and found and "attn_mask should not be set when is_causal" in str(found[1]["message"]):
+            return NamedMistake(problem.split("\n  likely mistake: ")[0] + f"\n  likely mistake: {BOTH_MASKS}")
+        return problem
+
+    check.judge = judged
+    return check
 
 
 def require_sdpa(what, grade_id, hint):
@@ -78,6 +139,9 @@ def combined_qkv(inputs):
     ]
     for d_in, d_out, heads, context, tokens, b, bias in CONFIGS:
         checks += module_checks(inputs, cls, COMBINED_HINTS, d_in, d_out, heads, context, tokens, b, bias)
+    for check in checks:
+        check.mistakes = COMBINED_MISTAKES
+        bias_named(matched_records(check))
     checks.append(dropout_check("MultiHeadAttentionCombinedQKV(4, 8, 6, 0.5, num_heads=2) on a random (2, 6, 4) input",
                                 cls, (4, 8, 6, 0.5, 2), fused_state(inputs, 4, 8, False), inputs.randn(2, 6, 4),
                                 inputs.seed(), "apply dropout (nn.Dropout) to the attention weights"))
@@ -120,7 +184,7 @@ def combined_from_split_checks(inputs, d_in, d_out, heads, context, bias, dropou
              "copy out_proj too (weight and bias)")
     p.record(combined.attr("out_proj").attr("bias"), "combined.out_proj.bias", "copy out_proj's bias too")
     p.record(mha, "mha after the call", "copy the weights into the new module; do not modify mha", kind="state")
-    checks = [returns_check(what, p)]
+    checks = [side_by_side_named(returns_check(what, p), d_in, d_out)]
 
     p, mha, combined = build()
     checks.append(built_like_check(
@@ -129,6 +193,27 @@ def combined_from_split_checks(inputs, d_in, d_out, heads, context, bias, dropou
         "create the module with mha's d_in, d_out, context_length, dropout rate (mha.dropout.p), num_heads and "
         "qkv_bias"))
     return checks
+
+
+SIDE_BY_SIDE = ("the three (d_out, d_in) weights are put side by side (dim=1), which makes a (d_out, 3 * d_in) tensor: "
+                "nn.Linear keeps its weight as (out_features, in_features), so stack them along dim 0, "
+                "torch.cat(..., dim=0), queries first")
+
+
+def side_by_side_named(check, d_in, d_out):
+    """`check`, whose message names SIDE_BY_SIDE when combined_from_split raised on a size of 3 * d_in: a tensor of
+    that width meets qkv's (3 * d_out, d_in) weight only when the three weights were put side by side."""
+    judge = check.judge
+
+    def judged(got, want):
+        problem, found = judge(got, want), first_raised(got)
+        if problem and found and 3 * d_in not in (d_in, d_out, 3 * d_out) and \
+                str(3 * d_in) in re.findall(r"\d+", str(found[1]["message"])):
+            return NamedMistake(problem.split("\n  likely mistake: ")[0] + f"\n  likely mistake: {SIDE_BY_SIDE}")
+        return problem
+
+    check.judge = judged
+    return check
 
 
 def combined_from_split(inputs):
@@ -163,7 +248,13 @@ def mask_check(what, num_tokens, q, k, v):
             return compare(got[0], want[0], what, ANY_VALUES)
         actual, expected = tensor_of(got[0]), tensor_of(want[0])
         if torch.equal(actual, ~expected):
-            return with_hint(f"{what} is True exactly where attention is blocked", where + ": " + MASK_CONVENTION)
+            return NamedMistake(with_hint(f"{what} is True exactly where attention is blocked",
+                                          where + ": " + MASK_CONVENTION))
+        ones = torch.ones_like(expected)
+        for wrong, hint in ((ones.tril(-1), NO_DIAGONAL), (ones.triu(), FUTURE)):
+            if torch.equal(actual, wrong) and not torch.equal(wrong, expected):
+                return NamedMistake(with_hint(f"{what} has the wrong entries ({int((actual != expected).sum())} "
+                                              "differ)", hint))
         if not torch.equal(actual, expected):
             return with_hint(f"{what} has the wrong entries ({int((actual != expected).sum())} differ)", where)
         return with_hint(compare(got[1], want[1], f"{what}: SDPA's output with attn_mask=mask",
@@ -171,6 +262,12 @@ def mask_check(what, num_tokens, q, k, v):
                          "do not change F")
 
     return Check(what, p, judge=judge)
+
+
+NO_DIAGONAL = ("the diagonal is False: a token may attend to itself too, so the mask is True on and below the "
+               "diagonal (the first row, with no True, gives SDPA no key at all)")
+FUTURE = ("the mask is True on and above the diagonal, which lets each token see the future and not the past: query i "
+          "may see keys 0..i, True on and below the diagonal")
 
 
 def sdpa_causal_bool_mask(inputs):
@@ -196,12 +293,15 @@ def sdpa_attention(inputs):
     ]
     for d_in, d_out, heads, context, tokens, b, bias in CONFIGS:
         checks += module_checks(inputs, cls, SDPA_HINTS, d_in, d_out, heads, context, tokens, b, bias)
+    for check in checks[1:]:
+        check.mistakes = SDPA_MISTAKES
+        both_masks_named(matched_records(check))
     # 1000 copies of the batch in one call: each copy gets its own dropout pattern.
-    checks.append(dropout_check("MultiHeadAttentionSDPA(4, 8, 6, 0.5, num_heads=2) on a random (2, 6, 4) input", cls,
-                                (4, 8, 6, 0.5, 2), attention_state(inputs, 4, 8, False), inputs.randn(2, 6, 4),
-                                inputs.seed(), "pass dropout_p=self.dropout.p while training", copies=1000,
-                                mean_hint="dropout must keep the expected output: let SDPA apply it (dropout_p), do "
-                                          "not rescale yourself"))
+    checks.append(both_masks_named(dropout_check(
+        "MultiHeadAttentionSDPA(4, 8, 6, 0.5, num_heads=2) on a random (2, 6, 4) input", cls, (4, 8, 6, 0.5, 2),
+        attention_state(inputs, 4, 8, False), inputs.randn(2, 6, 4), inputs.seed(),
+        "pass dropout_p=self.dropout.p while training", copies=1000,
+        mean_hint="dropout must keep the expected output: let SDPA apply it (dropout_p), do not rescale yourself")))
     return checks + argument_checks(cls)
 
 
@@ -237,7 +337,38 @@ def padded_check(inputs, b, heads, t, hd, is_padding, causal, kind):
         return problem
 
     check.judge = judge
-    return check
+    check.mistakes = PADDED_MISTAKES
+    return matched_records(check)
+
+
+def mistaken_padded(queries, keys, values, is_padding, causal=True, blocked=False, keys_shape=(1, 1), either=False,
+                    itself=True):
+    """The answer key's padded_sdpa_attention with a usual mistake: the mask in the blocked convention, the padding
+    shaped (b, 1, T), padding and future combined with |, or the rows with no allowed key left as they are."""
+    b, _, num_tokens, _ = queries.shape
+    if is_padding.dtype != torch.bool or tuple(is_padding.shape) != (b, num_tokens):
+        raise ValueError("is_padding")
+    allowed = ~is_padding.view(b, *keys_shape, num_tokens)
+    if causal:
+        future = torch.ones(num_tokens, num_tokens, dtype=torch.bool).tril()
+        allowed = (allowed | future) if either else (allowed & future)
+    if itself:
+        allowed = allowed | (~allowed.any(dim=-1, keepdim=True) & torch.eye(num_tokens, dtype=torch.bool))
+    out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=~allowed if blocked else allowed)
+    return out if itself else out.nan_to_num()
+
+
+PADDED_MISTAKES = tuple((hint, {"padded_sdpa_attention": functools.partial(mistaken_padded, **changes)})
+                        for hint, changes in (
+    ("the mask passed is True where attention is blocked (is_padding's convention, and step 04's): SDPA reads True as "
+     "may attend, so build it from ~is_padding", dict(blocked=True)),
+    ("the padding mask is shaped (b, 1, T): SDPA lines a mask up with its (b, num_heads, T, T) scores from the right, "
+     "so the sentences meet the heads; shape it (b, 1, 1, T)", dict(keys_shape=(1,))),
+    ("padding and future are combined with |, so a key is allowed when either allows it: it must be a real token and "
+     "not in the future, both conditions at once (&)", dict(either=True)),
+    ("the rows with no allowed key are left as they are (SDPA gives zeros or nan there): a query that may see no key "
+     "attends to itself alone, so allow the diagonal in those rows", dict(itself=False)),
+))
 
 
 def padding_of(lengths, t, left):
