@@ -481,3 +481,13 @@ PROOF = {
     TEST_IDLE: {"lesson": ["idle_all_biases_zeroed"], "shortcut": ["idle_query_and_key_zeroed"],
                 "correct": ["idle_key_bias_none", "idle_init_zeros_by_name"]},
 }
+
+
+# PyTorch's own attention in the part that asks for attention written out: refused from the traced operations.
+VARIANTS["sdpa_library_call"] = {
+    "kind": "mistake",
+    "cells": {"scaled_dot_product_attention":
+              "def scaled_dot_product_attention(queries, keys, values):\n"
+              "    return torch.nn.functional.scaled_dot_product_attention(queries, keys, values)\n"},
+    "fails": {"test_scaled_dot_product_attention": "a library's attention kernel"},
+}

@@ -566,3 +566,29 @@ PROOF = {
                                         "shortcut": ["window_library_causal_mask"],
                                         "correct": ["window_loop", "window_two_triangles"]},
 }
+
+
+# PyTorch's own causal attention where the exercise asks for the mask: refused from the traced operations.
+VARIANTS.update({
+    "module_library_is_causal": {
+        "kind": "mistake",
+        "cells": {"causal_self_attention": _MODULE.replace(
+            '''        attn_scores = queries @ keys.transpose(-2, -1)
+        attn_scores = attn_scores.masked_fill(self.mask[:num_tokens, :num_tokens], float("-inf"))
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
+        return attn_weights @ values
+''', '''        return torch.nn.functional.scaled_dot_product_attention(queries, keys, values, is_causal=True)
+''')},
+        "fails": {"test_causal_self_attention": "a library's attention kernel"},
+    },
+    "weights_library_is_causal": {
+        # the scores as queries against identity keys and values: SDPA hands back the causal weights themselves
+        "kind": "mistake",
+        "cells": {"causal_attention_weights":
+                  "def causal_attention_weights(attn_scores, d_k):\n"
+                  "    eye = torch.eye(attn_scores.shape[-1], dtype=attn_scores.dtype).expand(attn_scores.shape)\n"
+                  "    return torch.nn.functional.scaled_dot_product_attention(attn_scores, eye, eye, is_causal=True,\n"
+                  "                                                            scale=d_k ** -0.5)\n"},
+        "fails": {"test_causal_attention_weights": "a library's attention kernel"},
+    },
+})

@@ -378,3 +378,17 @@ PROOF = {
            "correct": ["drop_keys_renormalised_after_softmax", "drop_keys_large_negative_and_visible"]}
     for cell in ("test_drop_keys", "test_drop_keys_statistics")
 }
+
+
+# PyTorch's own attention, its dropout included, where the part asks where the dropout goes: refused from the traced
+# operations.
+VARIANTS["causal_attention_library_sdpa"] = {
+    "kind": "mistake",
+    "cells": {"causal_attention": _causal_attention(
+        mask="p = self.dropout.p if self.training else 0.0",
+        softmax="context = torch.nn.functional.scaled_dot_product_attention(queries, keys, values, is_causal=True, "
+                "dropout_p=p)",
+        dropout="return context")},
+    "fails": {"test_causal_attention": "a library's attention kernel",
+              "test_causal_attention_dropout": "a library's attention kernel"},
+}

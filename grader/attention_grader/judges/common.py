@@ -12,6 +12,9 @@ from attention_grader.judging import G, Check, Expect, Program, compare, default
 ATTENTION_KERNELS = ("_scaled_dot_product", "scaled_dot_product", "_flash_attention", "_efficient_attention",
                      "_fused_sdp", "_cudnn_attention", "_native_multi_head_attention")
 SOFTMAX_OPS = frozenset({"_softmax", "_log_softmax", "_safe_softmax", "softmax", "log_softmax", "_masked_softmax"})
+# What F.scaled_dot_product_attention runs on its math path (under a trace it takes that path): softmaxes that
+# torch.softmax never dispatches.
+ATTENTION_SOFTMAX = frozenset({"_safe_softmax", "_masked_softmax"})
 
 
 def library_ops(ops, refused=()):
@@ -61,6 +64,25 @@ def with_hint(problem, hint):
 def with_other_hint(problem, hint):
     """`problem` with its likely mistake replaced by `hint`."""
     return with_hint(problem.split("\n  likely mistake: ")[0], hint)
+
+
+def own_attention_check(what, p, call, hint):
+    """`call` (the last call made in program `p`, with `trace=`) may not run one of PyTorch's attention kernels,
+    whatever name reached it: for a part whose point is attention's own steps. Its values are judged by the cell's
+    other checks."""
+    index = len(p.expects) - 1  # the record of the operations the call ran, registered with the call
+    p.record(call, "the result")
+
+    def judge(got, want):
+        if first_raised(got):
+            return None  # the cell's other checks say why it raised
+        trace = got[index].get("trace") if isinstance(got[index], dict) else None
+        if not isinstance(trace, dict) or not isinstance(trace.get("ops"), list):
+            return f"{what}: its operations were not recorded"
+        used = library_ops(trace["ops"], ATTENTION_SOFTMAX)
+        return with_hint(f"{what}: it ran aten.{used[0][:60]}, a library's attention kernel", hint) if used else None
+
+    return Check(what, p, judge=judge)
 
 
 def shape_problem(got, want, name, hint):

@@ -6,8 +6,8 @@ import torch
 from attention_course import data
 from attention_grader.judging import (G, Check, Expect, Program, compare, default_judge, expect_value_error,
                                       raised_message)
-from attention_grader.judges.common import (EXACT, differ, first_raised, forward_check, linear_state, shape_problem,
-                                            tensor_of, with_hint)
+from attention_grader.judges.common import (EXACT, differ, first_raised, forward_check, linear_state,
+                                            own_attention_check, shape_problem, tensor_of, with_hint)
 
 INPUTS = data.journey_inputs()  # (6, 3)
 BATCH = data.journey_batch()    # (2, 6, 3)
@@ -98,7 +98,15 @@ def scaled_dot_product_attention(inputs):
         q, k, v = inputs.randn(*lead, t_q, d_k), inputs.randn(*lead, t_k, d_k), inputs.randn(*lead, t_k, d_v)
         checks.append(sdpa_check(f"scaled_dot_product_attention on queries {tuple(q.shape)}, keys "
                                  f"{tuple(k.shape)}, values {tuple(v.shape)}", q, k, v))
-    return checks
+    p = Program()
+    q, k, v = inputs.randn(2, 3, 4), inputs.randn(2, 5, 4), inputs.randn(2, 5, 3)
+    call = p.call(G("scaled_dot_product_attention"), p.tensor(q), p.tensor(k), p.tensor(v), trace=0)
+    return checks + [own_attention_check("scaled_dot_product_attention on queries (2, 3, 4), keys (2, 5, 4), values "
+                                         "(2, 5, 3), watched operation by operation", p, call, OWN_ATTENTION)]
+
+
+OWN_ATTENTION = ("this part asks for attention's steps written out (scores, scaling, softmax, weighted sum); "
+                 "torch.nn.functional.scaled_dot_product_attention does them all for you (step 08 uses it)")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ import torch
 from attention_course import data
 from attention_grader.judging import G, Check, Expect, Program, compare, expect_value_error, raised_message
 from attention_grader.judges.common import (ANY_VALUES, EXACT, first_raised, forward_check, linear_state,
-                                            shape_problem, tensor_of, with_hint, with_later_tokens_changed)
+                                            own_attention_check, shape_problem, tensor_of, with_hint,
+                                            with_later_tokens_changed)
 
 BATCH = data.journey_batch()  # (2, 6, 3)
 LAYERS = ("W_query", "W_key", "W_value")
@@ -88,7 +89,15 @@ def causal_attention_weights(inputs):
             inputs.randn(*shape, scale=3.0), d_k, input_hint=WAY_2_IN_PLACE,
             hint="fill the entries above the diagonal with -inf (before softmax, keeping the result of masked_fill), "
                  "then softmax(scores / sqrt(d_k), dim=-1)"))
-    return checks
+    p = Program()
+    call = p.call(G("causal_attention_weights"), p.tensor(inputs.randn(2, 5, 5)), 4, trace=0)
+    return checks + [own_attention_check("causal_attention_weights on random (2, 5, 5) scores with d_k=4, watched "
+                                         "operation by operation", p, call, OWN_MASKING)]
+
+
+OWN_MASKING = ("this exercise asks you to block the future yourself (the mask, -inf, softmax); "
+               "torch.nn.functional.scaled_dot_product_attention with is_causal=True does it for you (step 08 uses "
+               "it)")
 
 
 AGREE = ("both must give the same weights: check that way 1 divides by the row sums, and that way 2 masks before the "
@@ -225,7 +234,12 @@ def causal_self_attention(inputs):
         checks.append(module_check(f"{built} on a random ({b}, {t}, {d_in}) input", (d_in, d_out, context),
                                    qkv_state(inputs, d_in, d_out, bias), x, kwargs={"qkv_bias": bias}, cut=cut,
                                    changed=with_later_tokens_changed(inputs, x, cut) if cut else None))
-    return checks
+    p = Program()
+    module = p.call(G("CausalSelfAttention"), 4, 3, 8)
+    p.load(module, qkv_state(inputs, 4, 3, False))
+    call = p.call(module, p.tensor(inputs.randn(2, 6, 4)), trace=0)
+    return checks + [own_attention_check("CausalSelfAttention(4, 3, 8) on a random (2, 6, 4) input, watched operation "
+                                         "by operation", p, call, OWN_MASKING)]
 
 
 def buffer_check(what, args, kwargs=None):

@@ -13,7 +13,7 @@ from attention_course import data
 from attention_grader.judging import (G, Check, Expect, Program, call_check, compare, expect_value_error, generator,
                                       raised_message)
 from attention_grader.judges.common import (EXACT, first_raised, floats_where_due, forward_check, mask_buffer_check,
-                                            qkv_state, shape_problem, tensor_of, with_hint, with_later_tokens_changed)
+                                            own_attention_check, qkv_state, shape_problem, tensor_of, with_hint, with_later_tokens_changed)
 
 BATCH = data.journey_batch()  # (2, 6, 3)
 SWAPPED = "drop each entry with probability p, keep it with probability 1 - p: are the two swapped?"
@@ -294,7 +294,22 @@ def causal_attention(inputs):
             f"{built} in eval mode on a random ({b}, {t}, {d_in}) input", ca, (d_in, d_out, context, rate),
             qkv_state(inputs, d_in, d_out, bias), x, kwargs={"qkv_bias": bias}, cut=cut,
             changed=with_later_tokens_changed(inputs, x, cut) if cut else None, **CA_HINTS))
-    return checks
+    return checks + [own_ca_check(inputs, "eval")]
+
+
+OWN_ATTENTION = ("this part asks for attention's steps written out, the mask and the dropout of the weights in their "
+                 "places; torch.nn.functional.scaled_dot_product_attention does them for you (step 08 uses it)")
+
+
+def own_ca_check(inputs, mode):
+    """CausalAttention in `mode`, traced: none of PyTorch's attention kernels may run."""
+    p = Program()
+    module = p.call(G("CausalAttention"), 4, 3, 8, 0.5)
+    p.load(module, qkv_state(inputs, 4, 3, False))
+    p.call(module.attr(mode))
+    call = p.call(module, p.tensor(inputs.randn(2, 6, 4)), trace=0)
+    return own_attention_check(f"CausalAttention(4, 3, 8, 0.5) in {mode} mode on a random (2, 6, 4) input, watched "
+                               "operation by operation", p, call, OWN_ATTENTION)
 
 
 def causal_attention_arguments(inputs):
@@ -401,7 +416,7 @@ def causal_attention_dropout(inputs):
     checks = [placement_check(inputs, 6, 3, 2, 0.5, 400, 400)]
     for t, d_in, d_out, rate in [(5, 4, 3, 0.25), (8, 2, 5, 0.6), (3, 6, 1, 0.1)]:
         checks.append(placement_check(inputs, t, d_in, d_out, rate, 1000, 2000))
-    return checks
+    return checks + [own_ca_check(inputs, "train")]
 
 
 # ---------------------------------------------------------------------------------------------------------------

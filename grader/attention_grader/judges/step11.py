@@ -16,8 +16,9 @@ from attention_course.probe import decode_tensor
 
 from attention_grader.judging import (G, Check, Program, _kind, call_check, compare, default_judge,
                                       expect_value_error, raised_message)
-from attention_grader.judges.common import (ANY_VALUES, dropout_check, first_raised, library_ops, linear_state,
-                                            random_chunks, shape_problem, tensor_of, with_hint, with_other_hint)
+from attention_grader.judges.common import (ANY_VALUES, ATTENTION_SOFTMAX, dropout_check, first_raised, library_ops,
+                                            linear_state, random_chunks, shape_problem, tensor_of, with_hint,
+                                            with_other_hint)
 
 INTERLEAVED = ("the pairs are interleaved (x[2i], x[2i + 1]), the RoFormer paper's convention; this course uses "
                "rotate-half pairs (x[i], x[i + head_dim/2]), as Hugging Face's Llama does")
@@ -603,7 +604,7 @@ def own_masking_check(inputs, d_in, d_out, heads, kv_heads, num_tokens, b):
         trace = got[1].get("trace") if len(got) > 2 and isinstance(got[1], dict) else None
         if not isinstance(trace, dict) or not isinstance(trace.get("ops"), list):
             return f"{what}: its operations were not recorded"
-        used = library_ops(trace["ops"], {"_safe_softmax", "_masked_softmax"})
+        used = library_ops(trace["ops"], ATTENTION_SOFTMAX)
         if used:
             return with_hint(f"{what}: it ran aten.{used[0][:60]}, a library's attention kernel", OWN_MASKING)
         return None  # the values are judged by the other checks of this cell
