@@ -1,7 +1,8 @@
 """benchmarks/attention_benchmark.py times the answer keys of solutions/, and every row computes the same layer;
-benchmarks/grading_benchmark.py says why a submission was not graded."""
+benchmarks/grading_benchmark.py says why a submission was not graded, and its floor runs honest notebooks only."""
 import sys
 
+import pytest
 import torch
 
 import harness
@@ -81,3 +82,18 @@ def test_a_submission_that_cannot_be_graded_shows_why(tmp_path):
     died = {"student": "nora", "assignment": step, "success": False, "problems": [], "error": "the grading worker died"}
     reasons = grading_benchmark.fast_reasons([died])
     assert grading_benchmark.shown(None, reasons[("nora", step)]) == "not graded (the grading worker died)", reasons
+
+
+def test_the_floor_runs_and_judges_honest_notebooks_only(tmp_path):
+    step = "01_dot_product_scores"
+    course_dir = harness.make_course(tmp_path / "course", [step])
+    answers = {("ann", step): ("answer_key", "correct"), ("bob", step): ("cheat_rewrites_check_code", "cheat")}
+    harness.submit(course_dir, "ann", step, harness.variant_submission(step, {"cells": {}}))
+    seconds = grading_benchmark.floor(course_dir, answers)
+    assert list(seconds) == [step] and len(seconds[step]) == 1 and seconds[step][0] > 0, seconds  # bob never ran
+
+    # a notebook called correct that the floor fails is an error, not a figure
+    broken = harness.variant_submission(step, {"cells": {"attention_scores": "def attention_scores(x):\n    return x\n"}})
+    harness.submit(course_dir, "cy", step, broken)
+    with pytest.raises(RuntimeError, match="the floor failed cy's correct"):
+        grading_benchmark.floor(course_dir, {("cy", step): ("answer_key", "correct")})

@@ -221,6 +221,8 @@ def run_all_and_validate(page):
     menu(page, "Run", "Run All Cells")
     wait_for_idle_kernel(page)
     page.locator("[data-jp-item-name=runAll]").get_by_text("Validate").click()
+    # the notebook runs for some seconds before the results come: the button says so meanwhile
+    expect(page.locator("[data-jp-item-name=runAll]").get_by_text("Validating...")).to_be_visible()
     dialog = page.locator(".jp-Dialog")
     expect(dialog).to_contain_text("Validation Results")
     return dialog
