@@ -117,8 +117,8 @@ def by_hand_check(inputs, name, shape, causal):
             return with_hint(f"{what}: it ran aten.{used[0]}, a library's kernel", AUTOGRAD)
         for caught in (hooked.get("caught"), own.get("caught")):
             if caught is not None:
-                return with_hint(f"{what}: it raised {caught.get('raised')}: {caught.get('message', '')[:200]}, "
-                                 "where called plainly it did not: it built an autograd graph", AUTOGRAD)
+                return with_hint(f"{what}: it built an autograd graph (here it raised {caught.get('raised')}: "
+                                 f"{caught.get('message', '')[:200]}; called plainly it did not)", AUTOGRAD)
         return None
 
     return Check(what, p, judge=judge)
