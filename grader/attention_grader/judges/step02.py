@@ -39,15 +39,13 @@ def how(part, x, **kwargs):
         if not isinstance(trace, dict) or not isinstance(trace.get("ops"), list):
             return f"{what}: its operations were not recorded"
         used = library_ops(trace["ops"], BY_HAND_REFUSED)
-        reducers = [op for op in used if op in LOGSUMEXP_OPS]
-        if used and len(reducers) == len(used):
-            return (f"{what}: it ran aten.{reducers[0]}, a library's log-sum-exp, not your own exponentials and sum"
-                    f"\n  likely mistake: {NO_LOGSUMEXP}")
-        if used:
-            used = [op for op in used if op not in LOGSUMEXP_OPS]
-            return (f"{what}: it ran aten.{used[0]}, a library's softmax or attention kernel, not your own "
-                    f"exponentials and sum\n  likely mistake: {NO_SOFTMAX}")
-        return None
+        if not used:
+            return None
+        softmax = [op for op in used if op not in LOGSUMEXP_OPS]
+        kind, hint = ("a library's softmax or attention kernel", NO_SOFTMAX) if softmax else (
+            "a library's log-sum-exp", NO_LOGSUMEXP)
+        return (f"{what}: it ran aten.{(softmax or used)[0]}, {kind}, not your own exponentials and sum"
+                f"\n  likely mistake: {hint}")
 
     return Check(what, p, judge=judge)
 
