@@ -1,6 +1,7 @@
 """The judges, in this process, without nbgrader (attention_grader/judging.py, attention_course/probe.py).
 
-The answer key passes every check of every step for several students; records that are missing, duplicated,
+The answer key, and the bank's correct solutions in other styles, pass every check of every step for several
+students; records that are missing, duplicated,
 malformed or forged fail their cell; displayed values and what student code printed during the hidden checks never
 reach the verdict; hidden inputs differ between students and stay the same on a re-grade.
 """
@@ -59,6 +60,35 @@ def test_the_answer_key_passes_every_check(step, seed):
         checks = judging.plan_cell(step, cell_id, seed)
         outputs, flags = verdict(step, cell_id, checks, outputs_with(cell_id, records_of(namespace, checks)))
         assert flags == [] and [o.output_type for o in outputs] == ["stream"], (cell_id, outputs)
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_correct_solutions_in_other_styles_pass_on_the_hidden_inputs_of_many_students(step, tmp_path):
+    """Every student draws other hidden inputs: a generator that breaks the task's promise (a document id that
+    comes back later in its row, say) fails a correct solution for a few students of a class, not for all."""
+    reference_namespace = reference(step)
+    for name, variant in harness.bank(step).items():
+        if variant.get("kind") != "correct" or "notebook" in variant:
+            continue
+        nb = harness.variant_notebook(step, variant.get("cells", {}))
+        path = tmp_path / f"{name}.ipynb"
+        path.write_text(json.dumps(nb))
+        namespace = judging.reference_namespace(str(path))
+        for cell_id in harness.autograded_cells(step):
+            for seed in (1000, 1001):
+                checks = judging.plan_cell(step, cell_id, seed)
+                outputs, flags = judging.verdict(outputs_with(cell_id, records_of(namespace, checks)), cell_id,
+                                                 checks, reference_namespace, judging.editable_sources(nb))
+                assert flags == [] and [o.output_type for o in outputs] == ["stream"], (name, cell_id, seed, outputs)
+
+
+def test_packed_documents_drawn_for_step_04_are_consecutive_as_the_task_promises():
+    from attention_grader.judges.step04 import random_documents
+    for seed in range(500):
+        inputs = judging.Inputs(seed)
+        for row in random_documents(inputs, (4, 12)).tolist():
+            runs = [label for t, label in enumerate(row) if t == 0 or label != row[t - 1]]
+            assert len(runs) == len(set(runs)), (seed, row)
 
 
 def test_hidden_inputs_differ_between_students_and_repeat_on_a_regrade():

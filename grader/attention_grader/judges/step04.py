@@ -1,5 +1,6 @@
 """Judges of step 04: the causal mask, its two ways of use, and CausalSelfAttention."""
 import functools
+import itertools
 
 import torch
 
@@ -363,14 +364,15 @@ def packed_check(ids):
 
 
 def random_documents(inputs, shape):
-    """(..., T) ids of packed documents: consecutive runs of arbitrary labels, a new run with probability 1/3."""
+    """(..., T) ids of packed documents: consecutive runs of arbitrary labels, a new run with probability 1/3.
+    A label never comes back later in its row: the task promises that a document's tokens are consecutive."""
     ids = torch.empty(shape, dtype=torch.long).view(-1, shape[-1])
     for row in ids:
-        label = inputs.randint(0, 50)
+        used = [inputs.randint(0, 50)]
         for t in range(shape[-1]):
             if t and inputs.randint(0, 3) == 0:
-                label = (label + inputs.randint(1, 50)) % 100
-            row[t] = label
+                used.append(next(label for label in itertools.count(inputs.randint(0, 100)) if label not in used))
+            row[t] = used[-1]
     return ids.view(shape)
 
 
