@@ -559,6 +559,24 @@ VARIANTS["pad_through_sdpa"] = {
     "fails": {"test_gqa_padding": "attention kernel"},
 }
 
+# Part 4 without its point: each sequence run on its own without its fillers (right values, no mask at all)
+VARIANTS["pad_one_sequence_at_a_time"] = {
+    "kind": "mistake",
+    "cells": {"grouped_query_attention": _edit(
+        _CLASS, ("    def forward(self, x, use_cache=False, padding_mask=None):\n"
+                 "        b, t, _ = x.shape\n",
+                 "    def forward(self, x, use_cache=False, padding_mask=None):\n"
+                 "        b, t, _ = x.shape\n"
+                 "        if padding_mask is not None and not use_cache and padding_mask.shape == (b, t):\n"
+                 "            out = torch.zeros(b, t, self.d_out, dtype=x.dtype)\n"
+                 "            for k in range(b):\n"
+                 "                real = ~padding_mask[k]\n"
+                 "                if real.any():\n"
+                 "                    out[k, real] = self(x[k:k + 1, real])[0]\n"
+                 "            return out\n"))},
+    "fails": {"test_gqa_padding": "one at a time"},
+}
+
 # Part 4 is the transfer part: the lesson's way out (a fully blocked row's output replaced afterwards) and the SDPA
 # shortcut fail it; a large negative fill with a filler seeing nothing, and a filler seeing itself, both pass
 PROOF = {"test_gqa_padding": {"lesson": ["pad_nan_rows_replaced_after"], "shortcut": ["pad_through_sdpa"],

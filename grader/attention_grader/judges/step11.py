@@ -612,6 +612,46 @@ def own_masking_check(inputs, d_in, d_out, heads, kv_heads, num_tokens, b):
     return Check(what, p, judge=judge)
 
 
+# The operations that do attention's work: a loop over the sequences of a batch runs them once per sequence.
+ATTENTION_WORK = {"mm", "bmm", "addmm", "baddbmm", "dot", "mv", "addmv", "_softmax", "_safe_softmax",
+                  "_masked_softmax", "_log_softmax", "exp"}
+ONE_PASS = ("a padded batch goes through attention in one computation, as an unpadded one does: block the padded keys "
+            "of every sequence with one mask instead of attending to each sequence on its own")
+
+
+def one_pass_check(inputs, d_in, d_out, heads, kv_heads, num_tokens):
+    """The forward pass on a left-padded batch of 2 sequences, then on the same 2 repeated 3 times: the matrix
+    products and softmaxes it runs must not grow with the number of sequences."""
+    cls = "GroupedQueryAttention"
+    state = gqa_state(inputs, d_in, d_out, kv_heads * (d_out // heads), False)
+    x = inputs.randn(2, num_tokens, d_in)
+    pad = padded_lengths(inputs, 2, num_tokens, "left")
+    what = (f"{cls}({d_in}, {d_out}, {num_tokens}, 0.0, {heads}, {kv_heads}) on a left-padded batch of 2 sequences "
+            f"{tuple(x.shape)} and on the same 2 repeated 3 times, its operations counted")
+    p = Program()
+    module = p.call(G(cls), d_in, d_out, num_tokens, 0.0, heads, kv_heads)
+    p.load(module, state, hint=PARAMETERS)
+    p.call(module.attr("eval"))
+    for times in (1, 3):
+        p.record(p.call(module, p.tensor(x.repeat(times, 1, 1)), padding_mask=p.tensor(pad.repeat(times, 1)),
+                        trace=0), f"the output on {2 * times} sequences", PAD_HINT, atol=1e-5, rtol=1e-5)
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1], PAD_HINT)
+        traces = [r["trace"] for r in got if isinstance(r, dict) and isinstance(r.get("trace"), dict)]
+        if len(traces) != 2 or not all(isinstance(t.get("ops"), list) for t in traces):
+            return f"{what}: its operations were not recorded"
+        two, six = (sum(str(op) in ATTENTION_WORK for op in t["ops"]) for t in traces)
+        if six > two:
+            return with_hint(f"{what}: it ran {two} matrix products, softmaxes and exponentials for 2 sequences and "
+                             f"{six} for 6: it attends to the sequences one at a time", ONE_PASS)
+        return None  # the values are judged by the other checks of this cell
+
+    return Check(what, p, judge=judge)
+
+
 def padding_argument_check(what, call_kwargs, mask_shape):
     p = Program()
     module = p.call(G("GroupedQueryAttention"), 3, 8, 6, 0.0, 4, 2)
@@ -629,6 +669,7 @@ def gqa_padding(inputs):
     checks.append(gradient_check(inputs, 5, 8, 4, 2, 6, 3))
     checks.append(gradient_check(inputs, 4, 12, 6, 3, 5, 4))
     checks.append(own_masking_check(inputs, 6, 8, 4, 2, 6, 3))
+    checks.append(one_pass_check(inputs, 6, 8, 4, 2, 6))
     checks.append(padding_argument_check("GroupedQueryAttention(3, 8, 6, 0.0, 4, 2) on (2, 4, 3) with use_cache=True "
                                          "and a padding_mask", {"use_cache": True}, (2, 4)))
     checks.append(padding_argument_check("GroupedQueryAttention(3, 8, 6, 0.0, 4, 2) on (2, 4, 3) with a (2, 3) "
