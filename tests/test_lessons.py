@@ -239,3 +239,18 @@ def test_demo_module_holds_no_answer_of_an_exercise():
     source = (ROOT / "attention_course" / "demo.py").read_text()
     for forbidden in ("softmax(", "masked_fill", "@ keys", "transpose(-2, -1)"):
         assert forbidden not in source, f"attention_course/demo.py computes attention by hand ({forbidden!r})"
+
+
+def test_the_exercise_s_lesson_losses_are_what_the_lesson_prints():
+    """Step 12's training cell puts the student's losses beside the lesson's printout; nbval keeps that printout true."""
+    import re
+    import nbformat
+    printed = {}
+    for cell in nbformat.read(ROOT / "notebooks" / "12_tiny_gpt.ipynb", as_version=4).cells:
+        if cell.cell_type == "code" and "for step in range(400)" in cell.source:
+            text = "".join(o.get("text", "") for o in cell.outputs)
+            printed = {int(step): float(loss) for step, loss in re.findall(r"step +(\d+): loss ([\d.]+)", text)}
+    source = next(c.source for c in nbformat.read(ROOT / "source" / "12_tiny_gpt" / "12_tiny_gpt.ipynb",
+                                                  as_version=4).cells if "LESSON_LOSSES = " in c.source)
+    shown = ast.literal_eval(re.search(r"LESSON_LOSSES = (\{[^}]*\})", source).group(1))
+    assert printed and shown == printed
