@@ -30,9 +30,10 @@ STEP = "01_dot_product_scores"
 CORRECT = {
     "def attention_scores_for_query": "def attention_scores_for_query(inputs, query):\n    return (inputs @ query.unsqueeze(-1)).squeeze(-1)\n",
     "def attention_scores(inputs)": "def attention_scores(inputs):\n    return inputs @ inputs.transpose(-2, -1)\n",
-    "def cross_attention_scores": "def cross_attention_scores(queries, keys):\n    if keys.shape[-1] != queries.shape[-1]:\n"
-                                  "        raise ValueError('keys: last dimension differs')\n"
-                                  "    return queries @ keys.transpose(-2, -1)\n",
+    "def distance_scores": "def distance_scores(queries, keys):\n    if keys.shape[-1] != queries.shape[-1]:\n"
+                           "        raise ValueError('keys: last dimension differs')\n"
+                           "    return (2 * (queries @ keys.transpose(-2, -1)) - (queries ** 2).sum(-1, keepdim=True)\n"
+                           "            - (keys ** 2).sum(-1).unsqueeze(-2))\n",
     "def direction_scores": "def direction_scores(queries, keys):\n"
                             "    q = torch.nn.functional.normalize(queries, dim=-1)\n"
                             "    return q @ torch.nn.functional.normalize(keys, dim=-1).transpose(-2, -1)\n",

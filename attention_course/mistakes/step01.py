@@ -18,24 +18,27 @@ LIKELY = {'attention_scores_for_query-1': 'return one number per token; multiply
  'attention_scores_batched-2': 'batch.T reverses all three dimensions, and a transposed first factor gives (d, d): '
                                "each sentence's (T, d) times its transpose (d, T) gives (T, T)",
  'attention_scores_batched-3': 'each sentence of the batch is scored on its own',
- 'cross_attention_scores-1': 'one row per query and one column per key: (T_q, d) against (T_k, d) gives (T_q, T_k)',
- 'cross_attention_scores-2': "row i holds query i's scores: the rows of the full score matrix that belong to the new "
-                             'tokens',
- 'cross_attention_scores-3': 'rows are queries, columns are keys: a (3, 6) result has them the other way round',
- 'cross_attention_scores-4': 'entry [i, j] is queries[i] · keys[j]',
- 'cross_attention_scores-5': "only the last two dimensions of each sequence's keys may trade places; `.T` reverses "
-                             'all three dimensions of a batch',
- 'cross_attention_scores-6': "the batch dimension stays in front; each sequence's (T_q, d) queries meet its own "
-                             '(T_k, d) keys',
- 'cross_attention_scores-7': 'each sequence of the batch is scored on its own',
- 'cross_attention_scores_broadcast-1': 'keys without a batch dimension serve every sequence: the product must '
-                                       'broadcast',
- 'cross_attention_scores_broadcast-2': "the queries' batch dimension stays in front; the keys broadcast against it",
- 'cross_attention_scores_broadcast-3': 'entry [b, i, j] is queries[b, i] · keys[j]',
- 'cross_attention_scores_broadcast-4': 'a leading dimension of size 1 in the keys must broadcast against the '
-                                       "queries'",
- 'cross_attention_scores_broadcast-5': '(b, H, T_q, d) against (b, 1, T_k, d) gives (b, H, T_q, T_k)',
- 'cross_attention_scores_broadcast-6': 'entry [b, h, i, j] is queries[b, h, i] · keys[b, 0, j]',
+ 'distance_scores-1': 'one row per query and one column per key: (T_q, d) against (T_k, d) gives (T_q, T_k)',
+ 'distance_scores-2': 'entry [i, j] is -||queries[i] - keys[j]||^2: 0 where a query meets itself ("one" against '
+                      '"one"), negative elsewhere, lower the farther apart the two vectors lie',
+ 'distance_scores-3': 'rows are queries, columns are keys: a (3, 6) result has them the other way round',
+ 'distance_scores-4': "row 4 holds the query 'one' against the first three tokens: minus the squared distances",
+ 'distance_scores-library': 'this part asks for your own computation of the distances, from sums and dot products, '
+                            'not torch.cdist',
+ 'distance_scores-largest': 'the differences of every query with every key, T_q * T_k * d numbers, take d times the '
+                            'memory of the scores: expand ||q - k||^2 into terms that each need one vector\'s squared '
+                            'length or one dot product q . k (a matrix product gives every q . k at once), or take '
+                            'one query at a time and let its differences go',
+ 'distance_scores-memory': 'more was alive at once than the scores need: let each intermediate go once it is used (a '
+                           'list or a variable that keeps the differences of every query keeps them all alive)',
+ 'distance_scores-5': 'entry [i, j] is minus the sum over d of (queries[i, :] - keys[j, :]) ** 2',
+ 'distance_scores_broadcast-1': 'keys without a batch dimension serve every sequence: the computation must '
+                                'broadcast',
+ 'distance_scores_broadcast-2': "the queries' batch dimension stays in front; the keys broadcast against it",
+ 'distance_scores_broadcast-3': 'entry [b, i, j] is -||queries[b, i] - keys[j]||^2',
+ 'distance_scores_broadcast-4': 'a leading dimension of size 1 in the keys must broadcast against the queries\'',
+ 'distance_scores_broadcast-5': '(b, H, T_q, d) against (b, 1, T_k, d) gives (b, H, T_q, T_k)',
+ 'distance_scores_broadcast-6': 'entry [b, h, i, j] is -||queries[b, h, i] - keys[b, 0, j]||^2',
  'direction_scores-1': 'one row per query, one column per key',
  'direction_scores-2': "'one' against itself must score 1: each score may depend on the angle between the two "
                        'vectors only',

@@ -14,11 +14,14 @@ VARIANTS = {
             "attention_scores":
                 "def attention_scores(inputs):\n"
                 "    return torch.einsum('...id,...jd->...ij', inputs, inputs)\n",
-            "cross_attention_scores":
-                "def cross_attention_scores(queries, keys):\n"
+            "distance_scores":
+                "def distance_scores(queries, keys):\n"
                 "    if queries.shape[-1] != keys.shape[-1]:\n"
                 "        raise ValueError(f'keys must have {queries.shape[-1]} features, not {keys.shape[-1]}')\n"
-                "    return torch.einsum('...qd,...kd->...qk', queries, keys)\n",
+                "    cross = torch.einsum('...qd,...kd->...qk', queries, keys)\n"
+                "    q2 = torch.einsum('...qd,...qd->...q', queries, queries)[..., :, None]\n"
+                "    k2 = torch.einsum('...kd,...kd->...k', keys, keys)[..., None, :]\n"
+                "    return 2 * cross - q2 - k2\n",
         },
     },
     "broadcast_products_and_matmul": {
@@ -30,12 +33,14 @@ VARIANTS = {
             "attention_scores":
                 "def attention_scores(inputs):\n"
                 "    return torch.matmul(inputs, inputs.mT)\n",
-            "cross_attention_scores":
-                "def cross_attention_scores(queries, keys):\n"
+            "distance_scores":
+                "def distance_scores(queries, keys):\n"
                 "    d = queries.size(-1)\n"
                 "    if keys.size(-1) != d:\n"
                 "        raise ValueError('queries and keys differ in their last dimension: keys ' + str(tuple(keys.shape)))\n"
-                "    return torch.matmul(queries, torch.transpose(keys, -1, -2))\n",
+                "    q2 = queries.pow(2).sum(-1).unsqueeze(-1)\n"
+                "    k2 = torch.linalg.vector_norm(keys, dim=-1).square().unsqueeze(-2)\n"
+                "    return (2 * torch.matmul(queries, torch.transpose(keys, -1, -2)) - q2 - k2).clamp(max=0)\n",
         },
     },
     "sum_over_broadcast_products": {
@@ -44,11 +49,13 @@ VARIANTS = {
             "attention_scores_for_query":
                 "def attention_scores_for_query(inputs, query):\n"
                 "    return torch.matmul(inputs, query.unsqueeze(-1))[..., 0]\n",
-            "cross_attention_scores":
-                "def cross_attention_scores(queries, keys):\n"
+            # one query at a time: its (..., T_k, d) differences go before the next query's are made
+            "distance_scores":
+                "def distance_scores(queries, keys):\n"
                 "    if keys.shape[-1] != queries.shape[-1]:\n"
                 "        raise ValueError(f'keys.shape[-1]={keys.shape[-1]} != queries.shape[-1]={queries.shape[-1]}')\n"
-                "    return (queries.unsqueeze(-2) * keys.unsqueeze(-3)).sum(-1)\n",
+                "    rows = [-((q.unsqueeze(-2) - keys) ** 2).sum(-1) for q in queries.unbind(-2)]\n"
+                "    return torch.stack(rows, dim=-2)\n",
         },
     },
     # ---------------------------------------------------------------- mistakes: Part 1
@@ -83,14 +90,8 @@ VARIANTS = {
     "inner_product_shortcut": {
         "kind": "mistake",
         "cells": {"attention_scores_for_query":
-                  "def attention_scores_for_query(inputs, query):\n    return torch.inner(inputs, query)\n",
-                  "cross_attention_scores":
-                  "def cross_attention_scores(queries, keys):\n"
-                  "    if keys.shape[-1] != queries.shape[-1]:\n"
-                  "        raise ValueError('keys do not match the queries')\n"
-                  "    return torch.inner(queries, keys)\n"},
-        "fails": {"test_attention_scores_for_query": "every query", "test_cross_attention_scores": "cross_attention",
-                  "test_cross_attention_scores_broadcast": "cross_attention"},
+                  "def attention_scores_for_query(inputs, query):\n    return torch.inner(inputs, query)\n"},
+        "fails": {"test_attention_scores_for_query": "every query"},
     },
     # ---------------------------------------------------------------- mistakes: Parts 2 and 3
     "transpose_first": {
@@ -104,44 +105,110 @@ VARIANTS = {
         "cells": {"attention_scores": "def attention_scores(inputs):\n    return inputs @ inputs.T\n"},
         "fails": {"test_attention_scores_batched": "reverses all three dimensions"},
     },
-    # ---------------------------------------------------------------- mistakes: Part 5
-    "cross_keys_as_rows": {
+    # ---------------------------------------------------------------- Part 5: scores by distance
+    "distance_in_float64": {
+        "kind": "correct",
+        "cells": {"distance_scores":
+                  "def distance_scores(queries, keys):\n"
+                  "    if queries.shape[-1] != keys.shape[-1]:\n"
+                  "        raise ValueError('keys: wrong number of features')\n"
+                  "    q, k = queries.double(), keys.double()\n"
+                  "    scores = torch.einsum('...qd,...kd->...qk', q, k).mul_(2)\n"
+                  "    scores.sub_((q * q).sum(-1, keepdim=True)).sub_((k * k).sum(-1).unsqueeze(-2))\n"
+                  "    return scores.to(queries.dtype)\n"},
+    },
+    # The lesson's line: dot products, not distances.
+    "distance_lesson_dot_products": {
         "kind": "mistake",
-        "cells": {"cross_attention_scores":
-                  "def cross_attention_scores(queries, keys):\n"
+        "cells": {"distance_scores":
+                  "def distance_scores(queries, keys):\n"
                   "    if keys.shape[-1] != queries.shape[-1]:\n"
                   "        raise ValueError('keys do not match the queries')\n"
-                  "    return keys @ queries.transpose(-2, -1)\n"},
-        "fails": {"test_cross_attention_scores": "one row per query",
-                  "test_cross_attention_scores_broadcast": "(b, H, T_q, T_k)"},
+                  "    return queries @ keys.mT\n"},
+        "fails": {"test_distance_scores": "dot products", "test_distance_scores_broadcast": "dot products"},
     },
-    "cross_dot_T": {
+    # The library's distances: the values are right, the computation is not the student's.
+    "distance_cdist": {
         "kind": "mistake",
-        "cells": {"cross_attention_scores":
-                  "def cross_attention_scores(queries, keys):\n"
+        "cells": {"distance_scores":
+                  "def distance_scores(queries, keys):\n"
                   "    if keys.shape[-1] != queries.shape[-1]:\n"
                   "        raise ValueError('keys do not match the queries')\n"
-                  "    return queries @ keys.T\n"},
-        "fails": {"test_cross_attention_scores": "last two", "test_cross_attention_scores_broadcast": "broadcast"},
+                  "    return -torch.cdist(queries, keys) ** 2\n"},
+        "fails": {"test_distance_scores": "cdist", "test_distance_scores_broadcast": "cdist"},
     },
-    "cross_flattened_batch": {
+    # The definition written out: right values, but every pair's differences at once.
+    "distance_broadcast_differences": {
         "kind": "mistake",
-        "cells": {"cross_attention_scores":
-                  "def cross_attention_scores(queries, keys):\n"
+        "cells": {"distance_scores":
+                  "def distance_scores(queries, keys):\n"
                   "    if keys.shape[-1] != queries.shape[-1]:\n"
                   "        raise ValueError('keys do not match the queries')\n"
-                  "    *lead, t_q, d = queries.shape\n"
-                  "    t_k = keys.shape[-2]\n"
-                  "    q, k = queries.reshape(-1, t_q, d), keys.reshape(-1, t_k, d)\n"
-                  "    return torch.bmm(q, k.transpose(1, 2)).reshape(*lead, t_q, t_k)\n"},
-        "fails": {"test_cross_attention_scores_broadcast": "broadcast"},
+                  "    return -((queries.unsqueeze(-2) - keys.unsqueeze(-3)) ** 2).sum(-1)\n"},
+        "fails": {"test_distance_scores": "T_q * T_k * d", "test_distance_scores_broadcast": "T_q * T_k * d"},
     },
-    "cross_without_value_error": {
+    "distance_sign_flipped": {
         "kind": "mistake",
-        "cells": {"cross_attention_scores":
-                  "def cross_attention_scores(queries, keys):\n"
-                  "    return queries @ keys.transpose(-2, -1)\n"},
-        "fails": {"test_cross_attention_scores_broadcast": "ValueError"},
+        "cells": {"distance_scores":
+                  "def distance_scores(queries, keys):\n"
+                  "    if keys.shape[-1] != queries.shape[-1]:\n"
+                  "        raise ValueError('keys do not match the queries')\n"
+                  "    q2 = (queries ** 2).sum(-1, keepdim=True)\n"
+                  "    k2 = (keys ** 2).sum(-1).unsqueeze(-2)\n"
+                  "    return q2 + k2 - 2 * queries @ keys.mT\n"},
+        "fails": {"test_distance_scores": "wrong sign", "test_distance_scores_broadcast": "wrong sign"},
+    },
+    "distance_not_squared": {
+        "kind": "mistake",
+        "cells": {"distance_scores":
+                  "def distance_scores(queries, keys):\n"
+                  "    if keys.shape[-1] != queries.shape[-1]:\n"
+                  "        raise ValueError('keys do not match the queries')\n"
+                  "    q2 = (queries ** 2).sum(-1, keepdim=True)\n"
+                  "    k2 = (keys ** 2).sum(-1).unsqueeze(-2)\n"
+                  "    return -(q2 + k2 - 2 * queries @ keys.mT).clamp(min=0).sqrt()\n"},
+        "fails": {"test_distance_scores": "square root", "test_distance_scores_broadcast": "square root"},
+    },
+    "distance_query_length_missing": {
+        "kind": "mistake",
+        "cells": {"distance_scores":
+                  "def distance_scores(queries, keys):\n"
+                  "    if keys.shape[-1] != queries.shape[-1]:\n"
+                  "        raise ValueError('keys do not match the queries')\n"
+                  "    return 2 * queries @ keys.mT - (keys ** 2).sum(-1).unsqueeze(-2)\n"},
+        "fails": {"test_distance_scores": "each query", "test_distance_scores_broadcast": "each query"},
+    },
+    "distance_product_once": {
+        "kind": "mistake",
+        "cells": {"distance_scores":
+                  "def distance_scores(queries, keys):\n"
+                  "    if keys.shape[-1] != queries.shape[-1]:\n"
+                  "        raise ValueError('keys do not match the queries')\n"
+                  "    q2 = (queries ** 2).sum(-1, keepdim=True)\n"
+                  "    k2 = (keys ** 2).sum(-1).unsqueeze(-2)\n"
+                  "    return queries @ keys.mT - q2 - k2\n"},
+        "fails": {"test_distance_scores": "counts twice", "test_distance_scores_broadcast": "counts twice"},
+    },
+    # Each squared length along the other's dimension: right only where T_q == T_k and the lengths happen to agree.
+    "distance_lengths_laid_wrong": {
+        "kind": "mistake",
+        "cells": {"distance_scores":
+                  "def distance_scores(queries, keys):\n"
+                  "    if keys.shape[-1] != queries.shape[-1]:\n"
+                  "        raise ValueError('keys do not match the queries')\n"
+                  "    q2 = (queries ** 2).sum(-1).unsqueeze(-2)\n"
+                  "    k2 = (keys ** 2).sum(-1, keepdim=True)\n"
+                  "    return 2 * queries @ keys.mT - q2 - k2\n"},
+        "fails": {"test_distance_scores": "laid along", "test_distance_scores_broadcast": "laid along"},
+    },
+    "distance_without_value_error": {
+        "kind": "mistake",
+        "cells": {"distance_scores":
+                  "def distance_scores(queries, keys):\n"
+                  "    q2 = (queries ** 2).sum(-1, keepdim=True)\n"
+                  "    k2 = (keys ** 2).sum(-1).unsqueeze(-2)\n"
+                  "    return 2 * queries @ keys.mT - q2 - k2\n"},
+        "fails": {"test_distance_scores_broadcast": "ValueError"},
     },
     # ---------------------------------------------------------------- Part 6
     # A length clamped to a minimum (cosine_similarity's eps, F.normalize's eps) breaks the promise for short vectors.
@@ -229,12 +296,12 @@ PROOF = {
     "test_attention_scores_for_query": {"lesson": ["lesson_line_on_batches"], "shortcut": ["inner_product_shortcut"],
                                         "correct": ["einsum", "broadcast_products_and_matmul",
                                                     "sum_over_broadcast_products"]},
-    "test_cross_attention_scores": {"lesson": ["cross_dot_T"], "shortcut": ["inner_product_shortcut"],
-                                    "correct": ["einsum", "broadcast_products_and_matmul",
-                                                "sum_over_broadcast_products"]},
-    "test_cross_attention_scores_broadcast": {"lesson": ["cross_dot_T"], "shortcut": ["inner_product_shortcut"],
-                                              "correct": ["einsum", "broadcast_products_and_matmul",
-                                                          "sum_over_broadcast_products"]},
+    "test_distance_scores": {"lesson": ["distance_lesson_dot_products"], "shortcut": ["distance_cdist"],
+                             "correct": ["einsum", "broadcast_products_and_matmul", "sum_over_broadcast_products",
+                                         "distance_in_float64"]},
+    "test_distance_scores_broadcast": {"lesson": ["distance_lesson_dot_products"], "shortcut": ["distance_cdist"],
+                                       "correct": ["einsum", "broadcast_products_and_matmul",
+                                                   "sum_over_broadcast_products", "distance_in_float64"]},
     "test_direction_scores": {"lesson": ["direction_plain_dot_products"],
                               "shortcut": ["direction_by_cosine_similarity", "direction_normalize_then_einsum"],
                               "correct": ["direction_divide_the_dot_products", "direction_where_then_einsum"]},

@@ -74,45 +74,85 @@ VARIANTS = {
         "fails": {"test_attention_scores_single": "einsum", "test_attention_scores_batched": "einsum"},
         "not_named": ["bmm", ".T reverses"],
     },
-    # Part 5: queries against keys
-    "cross_no_value_error": {
+    # Part 5: scores by distance
+    "distance_no_value_error": {
         "kind": "mistake",
-        "cells": {"cross_attention_scores": '''def cross_attention_scores(queries, keys):
-    return queries @ keys.transpose(-2, -1)
+        "cells": {"distance_scores": '''def distance_scores(queries, keys):
+    sq_q = (queries ** 2).sum(dim=-1, keepdim=True)
+    sq_k = (keys ** 2).sum(dim=-1, keepdim=True).transpose(-2, -1)
+    return -(sq_q - 2 * queries @ keys.transpose(-2, -1) + sq_k)
 '''},
-        "fails": {"test_cross_attention_scores_broadcast": "ValueError"},
-        "not_named": ["bmm", ".T reverses"],
+        "fails": {"test_distance_scores_broadcast": "ValueError"},
+        "not_named": ["bmm", "swapped"],
     },
-    "cross_check_whole_shape": {
+    "distance_check_whole_shape": {
         "kind": "mistake",
-        "cells": {"cross_attention_scores": '''def cross_attention_scores(queries, keys):
+        "cells": {"distance_scores": '''def distance_scores(queries, keys):
     if queries.shape != keys.shape:
         raise ValueError(f"keys must have the shape of queries {tuple(queries.shape)}, got {tuple(keys.shape)}")
-    return queries @ keys.transpose(-2, -1)
+    sq_q = (queries ** 2).sum(dim=-1, keepdim=True)
+    sq_k = (keys ** 2).sum(dim=-1, keepdim=True).transpose(-2, -1)
+    return -(sq_q - 2 * queries @ keys.transpose(-2, -1) + sq_k)
 '''},
-        "fails": {"test_cross_attention_scores": "last dimension",
-                  "test_cross_attention_scores_broadcast": "last dimension"},
-        "not_named": ["bmm", ".T reverses"],
+        "fails": {"test_distance_scores": "last dimension",
+                  "test_distance_scores_broadcast": "last dimension"},
+        "not_named": ["bmm", "swapped"],
     },
-    "cross_bmm": {
+    "distance_bmm": {
         "kind": "mistake",
-        "cells": {"cross_attention_scores": '''def cross_attention_scores(queries, keys):
+        "cells": {"distance_scores": '''def distance_scores(queries, keys):
     if queries.size(-1) != keys.size(-1):
         raise ValueError(f"keys have {keys.size(-1)} features, queries {queries.size(-1)}")
-    return torch.bmm(queries, keys.transpose(1, 2))
+    qq = queries.pow(2).sum(-1).unsqueeze(-1)
+    kk = keys.pow(2).sum(-1).unsqueeze(1)
+    return 2 * torch.bmm(queries, keys.transpose(1, 2)) - qq - kk
 '''},
-        "fails": {"test_cross_attention_scores": "bmm", "test_cross_attention_scores_broadcast": "bmm"},
-        "not_named": [".T reverses", "einsum"],
+        "fails": {"test_distance_scores": "bmm", "test_distance_scores_broadcast": "bmm"},
+        "not_named": ["swapped", "cdist"],
     },
-    "cross_keys_queries_swapped": {
+    "distance_keys_queries_swapped": {
         "kind": "mistake",
-        "cells": {"cross_attention_scores": '''def cross_attention_scores(queries, keys):
+        "cells": {"distance_scores": '''def distance_scores(queries, keys):
     if queries.shape[-1] != keys.shape[-1]:
         raise ValueError("queries and keys differ in their last dimension")
-    return keys @ queries.transpose(-2, -1)
+    kk = (keys * keys).sum(-1, keepdim=True)
+    qq = (queries * queries).sum(-1).unsqueeze(-2)
+    return 2 * keys @ queries.mT - kk - qq
 '''},
-        "fails": {"test_cross_attention_scores": "swap", "test_cross_attention_scores_broadcast": "swap"},
-        "not_named": ["bmm", ".T reverses"],
+        "fails": {"test_distance_scores": "swapped", "test_distance_scores_broadcast": "swapped"},
+        "not_named": ["bmm", "cdist"],
+    },
+    "distance_pairwise_differences": {
+        "kind": "mistake",
+        "cells": {"distance_scores": '''def distance_scores(queries, keys):
+    if queries.shape[-1] != keys.shape[-1]:
+        raise ValueError("keys: last dimension differs from the queries'")
+    diff = queries[..., :, None, :] - keys[..., None, :, :]
+    return -(diff * diff).sum(-1)
+'''},
+        "fails": {"test_distance_scores": "differences", "test_distance_scores_broadcast": "differences"},
+        "not_named": ["cdist", "swapped"],
+    },
+    "distance_torch_cdist": {
+        "kind": "mistake",
+        "cells": {"distance_scores": '''def distance_scores(queries, keys):
+    if queries.shape[-1] != keys.shape[-1]:
+        raise ValueError("keys: last dimension differs from the queries'")
+    return -torch.cdist(queries, keys).pow(2)
+'''},
+        "fails": {"test_distance_scores": "cdist", "test_distance_scores_broadcast": "cdist"},
+        "not_named": ["differences", "swapped"],
+    },
+    "distance_norm_not_squared": {
+        "kind": "mistake",
+        "cells": {"distance_scores": '''def distance_scores(queries, keys):
+    if queries.shape[-1] != keys.shape[-1]:
+        raise ValueError("keys: last dimension differs from the queries'")
+    sq = (queries ** 2).sum(-1)[..., :, None] + (keys ** 2).sum(-1)[..., None, :] - 2 * queries @ keys.mT
+    return -sq.clamp_min(0).sqrt()
+'''},
+        "fails": {"test_distance_scores": "square root", "test_distance_scores_broadcast": "square root"},
+        "not_named": ["cdist", "swapped", "differences"],
     },
     # Part 6: direction only
     "direction_divide_by_zero_norm": {
