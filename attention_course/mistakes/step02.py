@@ -5,8 +5,8 @@ LIKELY = {'softmax_naive-1': 'return one weight per score: the shape of x',
                     'their plain sum gives [0.1455, 0.2278, ...] instead',
  'softmax_naive-3': 'normalising by the plain sum turns a negative score into a negative weight: exponentiate first',
  'softmax_naive-4': 'return a tensor of the shape of x',
- 'softmax_naive-5': 'sum along `dim` only, with keepdim=True: a plain `.sum()` adds up the whole matrix, `dim=0` '
-                    'normalises the columns, and without keepdim the sums are divided into the wrong rows',
+ 'softmax_naive-5': ("the weights of each row must sum to 1: divide the exponentials of a row by the sum of that row's "
+                    'exponentials'),
  'softmax_naive-6': 'row i should equal softmax_naive(attn_scores[i])',
  'softmax_naive-7': 'use the `dim` argument rather than a fixed dimension',
  'softmax_stable-1': 'subtract the largest score, exponentiate, then divide by the sum of the exponentials',
@@ -20,16 +20,14 @@ LIKELY = {'softmax_naive-1': 'return one weight per score: the shape of x',
  'softmax_stable-6': 'use `dim` for the maximum and for the sum, both with keepdim=True',
  'context_vectors_single-1': 'one context vector per token, as wide as an embedding: multiply the (T, T) weights by '
                              '`inputs`, not by the scores',
- 'context_vectors_single-2': "weights = softmax of the scores over the last dimension (each query's row sums to 1; "
-                             'dim=0 normalises the columns), then context = weights @ inputs',
- 'context_vectors_single-3': 'row i mixes the inputs with the weights of query i: weights @ inputs, not weights.T @ '
-                             'inputs',
- 'context_vectors_batched-1': '`batch.T` reverses all three dimensions (and warns that it is deprecated): only the '
-                              'last two may trade places',
+ 'context_vectors_single-2': "weights = softmax of the scores over the last dimension (each query's row sums to "
+                             '1), then context = weights @ inputs',
+ 'context_vectors_single-3': 'row i mixes the inputs with the weights of query i: weights @ inputs',
+ 'context_vectors_batched-1': 'each sentence of the batch is its own attention problem: work on the last two '
+                              'dimensions of `inputs` only, whatever the leading ones',
  'context_vectors_batched-2': 'one context vector per token and sentence; multiply the weights by `inputs`, not by '
                               'the scores',
- 'context_vectors_batched-3': 'each sentence is its own attention problem: softmax over the last dimension (dim=0 '
-                              'would mix the sentences of the batch)',
+ 'context_vectors_batched-3': 'each sentence is its own attention problem: softmax over the last dimension, the keys',
  'context_vectors_batched-4': 'work on the last two dimensions only, whatever the leading ones',
  'context_vectors_batched-5': 'return the shape of the inputs',
  'softmax_masked-1': 'the (6,) mask must broadcast against the (6, 6) scores',

@@ -592,3 +592,49 @@ VARIANTS.update({
         "fails": {"test_causal_attention_weights": "a library's attention kernel"},
     },
 })
+
+
+# Issue 46: mistakes named by running them (the answer key with the mistake put in, on the same hidden inputs), in
+# styles the bank had not.
+VARIANTS.update({
+    "causal_mask_float_comparison": {
+        "kind": "mistake",
+        "cells": {"causal_mask": "def causal_mask(num_tokens):\n"
+                                 "    positions = torch.arange(num_tokens)\n"
+                                 "    return (positions[None, :] > positions[:, None]).float()\n"},
+        # the answer key's later parts meet the stand-in's mask in the student's dtype, and masked_fill refuses it
+        "fails": {"test_causal_mask": "bool", "test_renormalized_causal_weights": "masked_fill takes only a bool mask",
+                  "test_causal_attention_weights": "masked_fill takes only a bool mask",
+                  "test_two_ways_agree": "masked_fill takes only a bool mask",
+                  "test_causal_self_attention": "masked_fill takes only a bool mask"},
+    },
+    "renormalized_divides_by_column_sums": {
+        "kind": "mistake",
+        "cells": {"renormalized_causal_weights": "def renormalized_causal_weights(attn_weights):\n"
+                                                 "    kept = attn_weights * torch.tril(torch.ones_like(attn_weights))\n"
+                                                 "    return kept / kept.sum(-2, keepdim=True)\n"},
+        "fails": {"test_renormalized_causal_weights": "sum of its column", "test_two_ways_agree": "sum of its column"},
+    },
+    "way_2_divides_by_d_k": {
+        "kind": "mistake",
+        "cells": {"causal_attention_weights": _edit(_CAUSAL_WEIGHTS, ("masked / d_k**0.5", "masked / d_k"))},
+        "fails": {"test_causal_attention_weights": "divided by d_k itself",
+                  "test_two_ways_agree": "divided by d_k itself"},
+    },
+    "way_2_softmax_over_queries": {
+        "kind": "mistake",
+        "cells": {"causal_attention_weights": _edit(_CAUSAL_WEIGHTS, ("dim=-1", "dim=-2"))},
+        "fails": {"test_causal_attention_weights": "runs down the columns",
+                  "test_two_ways_agree": "runs down the columns"},
+    },
+    "module_divides_by_sqrt_d_in": {
+        "kind": "mistake",
+        "cells": {"causal_self_attention": _edit(_MODULE, ("keys.shape[-1] ** 0.5", "x.shape[-1] ** 0.5"))},
+        "fails": {"test_causal_self_attention": "sqrt(d_in)"},
+    },
+    "module_softmax_over_queries": {
+        "kind": "mistake",
+        "cells": {"causal_self_attention": _edit(_MODULE, ("dim=-1)", "dim=1)"))},
+        "fails": {"test_causal_self_attention": "softmax runs over the queries"},
+    },
+})

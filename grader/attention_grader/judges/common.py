@@ -1,10 +1,12 @@
 """What the judges of several steps share: reading records, weights with the contract's names, and the checks of a
 module (its forward pass, its dropout, what a function built). Each step's judge (stepNN.py) holds that step's checks.
 """
+import re
+
 import torch
 
 from attention_course.probe import decode_tensor
-from attention_grader.judging import G, Check, Expect, Program, compare, default_judge, raised_message
+from attention_grader.judging import G, Check, Expect, NamedMistake, Program, compare, default_judge, raised_message
 
 # PyTorch's attention kernels, by the start of their aten names, and its softmax operations: a part that asks for the
 # student's own computation runs none of them, whatever name reached them (judged from the operations traced in the
@@ -23,6 +25,7 @@ def library_ops(ops, refused=()):
 
 
 ANY_VALUES = Expect("", atol=float("inf"))
+OUT_OF_SIGHT = "where the grader sees what runs"  # the words of attention_course/memory.py refusing a thread
 EXACT = Expect("", atol=0, rtol=0)
 INPLACE = "use out-of-place operations on x"
 
@@ -74,8 +77,9 @@ def own_attention_check(what, p, call, hint):
     p.record(call, "the result")
 
     def judge(got, want):
-        if first_raised(got):
-            return None  # the cell's other checks say why it raised
+        found = first_raised(got)
+        if found:  # the cell's other checks say why it raised, unless it computed out of the trace's sight
+            return raised_message(what, found[1]) if OUT_OF_SIGHT in str(found[1].get("message")) else None
         trace = got[index].get("trace") if isinstance(got[index], dict) else None
         if not isinstance(trace, dict) or not isinstance(trace.get("ops"), list):
             return f"{what}: its operations were not recorded"
@@ -294,3 +298,129 @@ def random_chunks(inputs, num_tokens):
     while sum(sizes) < num_tokens:
         sizes.append(min(inputs.randint(1, 4), num_tokens - sum(sizes)))
     return sizes
+
+
+def matched_records(check):
+    """`check`, whose judge first asks whether the student's records are the ones it is compared with, record by
+    record: so a mistake run in the answer key is named even where the judge would stop at a symptom of the records
+    alone (a later token that changes an earlier output), and a mistake that raises is named where the student's
+    code raises alike (at the same record, the same exception, a message with the same words and sizes: a view and a
+    reshape, or masked_fill and masked_fill_, word it differently)."""
+    judge = check.judge or (lambda got, want: default_judge(check, got, want))
+
+    def words(record):
+        text = re.sub(r"tensor [ab] ", "tensor ", str(record["message"]))
+        return record["raised"], re.sub(r"\d+", "#", text), sorted(re.findall(r"\d+", text))
+
+    def same(got, want):
+        if len(got) != len(want):
+            return False
+        for g, w, expect in zip(got, want, check.program.expects):
+            if "raised" in w or "raised" in g:
+                if not ("raised" in w and "raised" in g and words(g) == words(w)):
+                    return False
+            elif compare(g, w, expect.label, Expect("", atol=1e-5, rtol=1e-4)):
+                return False
+        return True
+
+    def judged(got, want):
+        if same(got, want):
+            return None
+        if first_raised(want):  # a mistake that raises: the student's code did not raise alike
+            return f"{check.what}: raised differently"
+        return judge(got, want)
+
+    check.judge = judged
+    return check
+
+
+# Naming a mistake by running it: the usual mistakes of a part, run in the answer key on the same inputs
+
+NONE_MATCHES = "none of the usual mistakes gives these values"
+
+
+def same_raise(got, want):
+    """Both records stopped at the same call with the same exception and the same message (a known mistake run in the
+    answer key raises as the student's code did)."""
+    a, b = first_raised(got), first_raised(want)
+    if not a or not b or a[0] != b[0] or a[1]["raised"] != b[1]["raised"]:
+        return False
+    words = [re.sub(r"tensor [ab] ", "tensor ", str(r[1].get("message"))) for r in (a, b)]
+    return words[0] == words[1]
+
+
+def read_error(message):
+    """What an error says the code did, when its words leave no doubt; "" otherwise."""
+    message = str(message)
+    if "return_types.max" in message or "return_types.min" in message:
+        return ("torch.max(x, dim=...) (and min) returns a pair (values, indices), not a tensor: subtract its "
+                ".values, or use torch.amax(x, dim=dim, keepdim=True)")
+    found = re.search(r"batch[12] must be a 3D tensor", message)
+    if found:
+        return ("torch.bmm takes exactly 3-D tensors (b, n, m): one sentence (T, d) has two dimensions and a batch may "
+                "have more than one leading dimension; `@` (torch.matmul) works for any number of leading dimensions")
+    found = re.search(r"Dimension out of range \(expected to be in range of \[-(\d+), \d+\], but got (-?\d+)\)",
+                      message)
+    if found:
+        ndim, asked = int(found.group(1)), int(found.group(2))
+        return (f"dimension {asked} was asked of a {ndim}-D tensor: the code numbers a dimension from the front, as for "
+                "an input with more dimensions; use the `dim` argument, and count the dimensions of a sentence from "
+                "the end (-2, -1)")
+    return ""
+
+
+def by_running(check, mistakes, read=read_error):
+    """`check`, naming a mistake of `mistakes` ((hint, {name: mistaken function}), run in the answer key) when it gives
+    the student's records; otherwise reading the student's error (`read`), or, where the values are wrong, saying that
+    no usual mistake gives them."""
+    judge = check.judge or (lambda got, want: default_judge(check, got, want))
+
+    def judged(got, want):
+        if first_raised(want):  # only a mistake run in the answer key raises here: the student's code must raise alike
+            return None if same_raise(got, want) else f"{check.what}: raised differently"
+        problem = judge(got, want)
+        if not problem or isinstance(problem, NamedMistake):
+            return problem
+        found = first_raised(got)
+        if found:
+            reading = read(found[1].get("message"))
+            return NamedMistake(raised_message(check.what, found[1], reading)) if reading else problem
+        head, _, hint = problem.partition("\n  likely mistake: ")
+        first = head.split("\n")[0]
+        if "after the call" in first or not ("has the wrong values" in first or "nan or inf" in first):
+            return problem  # not wrong values of the result (it changed its input, say): the message says what
+        return head + f"\n  likely mistake: {NONE_MATCHES}" + (f"; {hint}" if hint else "")
+
+    check.judge = judged
+    check.mistakes = tuple(mistakes)
+    return check
+
+
+def _outcome(function, args, kwargs):
+    try:
+        result = function(*[(a.double() if a.is_floating_point() else a).clone() if isinstance(a, torch.Tensor) else a
+                            for a in args], **kwargs)
+        return ("value", result.detach() if isinstance(result, torch.Tensor) else result)
+    except Exception as error:  # a mistake may raise, as the student's code does
+        return ("raised", type(error).__name__, str(error))
+
+
+def _same_outcome(a, b):
+    if a[0] != b[0]:
+        return False
+    if a[0] == "raised":
+        return a[1:] == b[1:]
+    x, y = a[1], b[1]
+    if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
+        return x == y
+    return x.shape == y.shape and torch.allclose(x, y, atol=1e-6, rtol=1e-6, equal_nan=True)
+
+
+def distinct(mistakes, args, kwargs, plain=()):
+    """The mistakes that tell themselves apart on this input: one whose result (or error) another mistake, or a plain
+    computation without the mistake (`plain`), gives as well would be named where the student made the other one."""
+    outcomes = [_outcome(next(iter(replacements.values())), args, kwargs) for _, replacements in mistakes]
+    plain_outcomes = [_outcome(function, args, kwargs) for function in plain]
+    return tuple(mistake for i, mistake in enumerate(mistakes)
+                 if not any(_same_outcome(outcomes[i], other) for j, other in enumerate(outcomes) if j != i)
+                 and not any(_same_outcome(outcomes[i], other) for other in plain_outcomes))

@@ -1,11 +1,18 @@
-"""Judges of step 02: softmax and context vectors."""
+"""Judges of step 02: softmax and context vectors.
+
+A failing check names a mistake only by running it: the answer key is run again with the usual mistake of that part put
+in (Check.mistakes) and the mistake is named when it gives the student's records (the same values, or the same error);
+an error is read for what it says (a dimension asked of a tensor that has none, bmm given other than 3-D input). When
+no known mistake gives the student's values, the message says so.
+"""
+
 import torch
 
 from attention_course import data
-from attention_grader.judging import (G, Check, Program, call_check, default_judge, expect_value_error,
+from attention_grader.judging import (G, Check, NamedMistake, Program, call_check, default_judge, expect_value_error,
                                       raised_message)
-from attention_grader.judges.common import (SOFTMAX_OPS, first_raised, library_ops, tensor_of, with_hint,
-                                            with_other_hint)
+from attention_grader.judges.common import (SOFTMAX_OPS, by_running, distinct, first_raised, library_ops,
+                                            tensor_of, with_hint, with_other_hint)
 
 INPUTS = data.journey_inputs()
 SCORES = INPUTS @ INPUTS.T
@@ -24,6 +31,111 @@ NO_LOGSUMEXP = ("the exercise asks you to write softmax yourself: exp(x - logsum
 # with the shift and the sum done by the library, the two things these parts ask for.
 LOGSUMEXP_OPS = frozenset({"logsumexp", "logcumsumexp"})
 BY_HAND_REFUSED = SOFTMAX_OPS | LOGSUMEXP_OPS
+def call(mistakes, what, function, *args, plain=(), **kwargs):
+    """call_check whose failure names a mistake of `mistakes` by running it (those of them that differ here)."""
+    check = call_check(what, function, *args, **kwargs)
+    used = {k: v for k, v in kwargs.items() if k not in ("hint", "atol", "rtol", "check_inputs")}
+    return by_running(check, distinct(mistakes, args, used, plain))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Parts 1 and 2: the usual mistakes of a softmax, each a function of (x, dim) like the student's
+# ---------------------------------------------------------------------------------------------------------------
+
+def _over(fixed, shift=False):
+    """exp, then divided by the sum over the dimension `fixed`, whatever `dim` is (after the maximum there)."""
+    def softmax(x, dim=-1):
+        e = torch.exp(x - x.amax(dim=fixed, keepdim=True)) if shift else torch.exp(x)
+        return e / e.sum(dim=fixed, keepdim=True)
+    return softmax
+
+
+def _sum_without_keepdim(x, dim=-1):
+    e = torch.exp(x)
+    return e / e.sum(dim=dim)
+
+
+def _sum_of_everything(x, dim=-1):
+    e = torch.exp(x)
+    return e / e.sum()
+
+
+def _plain_sum(x, dim=-1):
+    return x / x.sum(dim=dim, keepdim=True)
+
+
+def _global_max(x, dim=-1):
+    e = torch.exp(x - x.max())
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def _max_without_keepdim(x, dim=-1):
+    e = torch.exp(x - x.amax(dim=dim))
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def _shifted_sum_without_keepdim(x, dim=-1):
+    e = torch.exp(x - x.amax(dim=dim, keepdim=True))
+    return e / e.sum(dim=dim)
+
+
+def _max_of_last(x, dim=-1):
+    e = torch.exp(x - x.amax(dim=-1, keepdim=True))
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def _no_shift(x, dim=-1):
+    e = torch.exp(x)
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+SUM_OVER = ("the exponentials are divided by their sum over dimension {d} (dim={d}) whatever `dim` is: sum along "
+            "`dim` instead, so that each slice along `dim` sums to 1")
+KEEPDIM = ("the sum along `dim` is taken without keepdim=True: it loses that dimension, so each sum is divided into "
+           "the wrong slices (or does not broadcast); keep it with sum(dim=dim, keepdim=True)")
+WHOLE_SUM = ("the exponentials are divided by the sum of the whole tensor: `.sum()` without `dim` adds up the whole "
+             "matrix; sum along `dim` only")
+PLAIN_SUM = ("the scores are divided by their plain sum, without exponentiating: softmax is exp(x) divided by the sum "
+             "of the exponentials (a plain sum gives negative scores negative weights)")
+NAIVE_MISTAKES = ((SUM_OVER.format(d=0), {"softmax_naive": _over(0)}),
+                  (SUM_OVER.format(d=1), {"softmax_naive": _over(1)}),
+                  (SUM_OVER.format(d=-1), {"softmax_naive": _over(-1)}),
+                  (KEEPDIM, {"softmax_naive": _sum_without_keepdim}),
+                  (WHOLE_SUM, {"softmax_naive": _sum_of_everything}),
+                  (PLAIN_SUM, {"softmax_naive": _plain_sum}))
+STABLE_OVER = ("the maximum and the sum are taken over dimension {d} (dim={d}) whatever `dim` is: normalise each row "
+               "(each slice along `dim`), with the maximum and the sum along `dim`")
+STABLE_MISTAKES = (
+    ("the maximum subtracted is that of the whole tensor (x.max()), not the maximum of each row (of each slice along "
+     "`dim`): a row far below the overall maximum underflows to 0 / 0 = nan", {"softmax_stable": _global_max}),
+    ("the maximum along `dim` is taken without keepdim=True: it loses that dimension and is subtracted from the wrong "
+     "slices; use x.amax(dim=dim, keepdim=True)", {"softmax_stable": _max_without_keepdim}),
+    (KEEPDIM, {"softmax_stable": _shifted_sum_without_keepdim}),
+    ("the scores are exponentiated without subtracting the maximum first: exp(1000.0) overflows to inf, and inf / inf "
+     "is nan", {"softmax_stable": _no_shift}),
+    (STABLE_OVER.format(d=0), {"softmax_stable": _over(0, shift=True)}),
+    (STABLE_OVER.format(d=-1), {"softmax_stable": _over(-1, shift=True)}),
+    ("the maximum is taken over the last dimension whatever `dim` is, the sum along `dim`: take both along `dim`",
+     {"softmax_stable": _max_of_last}),
+    (WHOLE_SUM, {"softmax_stable": _sum_of_everything}),
+)
+
+
+def _unguarded(x, dim=-1):
+    """softmax_stable without the empty-dimension case: amax over no entries raises, and a mistake that raises alike
+    there is not told apart from it."""
+    e = torch.exp(x - x.amax(dim=dim, keepdim=True))
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def naive_call(*args, **kwargs):
+    return call(NAIVE_MISTAKES, *args, **kwargs)
+
+
+def stable_call(*args, **kwargs):
+    return call(STABLE_MISTAKES, *args, plain=(_unguarded,), **kwargs)
+
+
 def how(part, x, **kwargs):
     """`part` called on `x` with its operations traced in the kernel: none of them a library's softmax or attention
     (a teaching check: a student who replaces the probe could forge the trace)."""
@@ -54,19 +166,19 @@ def softmax_naive(inputs):
     hint = "exp(x) divided by its sum along `dim` (keepdim=True), for any number of dimensions"
     checks = [
         how("softmax_naive", inputs.randn(3, 5)), how("softmax_naive", inputs.randn(4, 2, 3), dim=1),
-        call_check("softmax_naive(attn_scores[1]), the scores of 'journey'", "softmax_naive", SCORES[1],
+        naive_call("softmax_naive(attn_scores[1]), the scores of 'journey'", "softmax_naive", SCORES[1],
                    hint="exponentiate every score, then divide by the sum of the exponentials"),
-        call_check("softmax_naive(tensor([2.0, -1.0, 0.5]))", "softmax_naive", torch.tensor([2.0, -1.0, 0.5]),
+        naive_call("softmax_naive(tensor([2.0, -1.0, 0.5]))", "softmax_naive", torch.tensor([2.0, -1.0, 0.5]),
                    hint="normalising by the plain sum turns a negative score into a negative weight: exponentiate "
                         "first"),
-        call_check("softmax_naive(attn_scores, dim=0)", "softmax_naive", SCORES, dim=0,
+        naive_call("softmax_naive(attn_scores, dim=0)", "softmax_naive", SCORES, dim=0,
                    hint="use the `dim` argument rather than a fixed dimension"),
-        call_check("softmax_naive on a random (2, 3, 4) input with the default dim", "softmax_naive",
+        naive_call("softmax_naive on a random (2, 3, 4) input with the default dim", "softmax_naive",
                    inputs.randn(2, 3, 4), hint="the default dimension is the last one, dim=-1"),
     ]
     for shape, dim in [((5,), -1), ((4, 7), -1), ((4, 7), 0), ((2, 3, 5), 1), ((2, 3, 5), -2), ((3, 1, 4), 0),
                        ((1, 1), -1), ((2, 3, 5), 2)]:
-        checks.append(call_check(f"softmax_naive on a random {shape} input with dim={dim}", "softmax_naive",
+        checks.append(naive_call(f"softmax_naive on a random {shape} input with dim={dim}", "softmax_naive",
                                  inputs.randn(*shape, scale=3.0), dim=dim, hint=hint))
     return checks
 
@@ -75,28 +187,28 @@ def softmax_stable(inputs):
     hint = "subtract the maximum along `dim` (keepdim=True), then exp(x) divided by its sum along `dim`"
     checks = [
         how("softmax_stable", inputs.randn(3, 5)), how("softmax_stable", inputs.randn(4, 2, 3), dim=1),
-        call_check("softmax_stable(attn_scores)", "softmax_stable", SCORES,
+        stable_call("softmax_stable(attn_scores)", "softmax_stable", SCORES,
                    hint="normalise each row: use `dim` for the maximum and for the sum, both with keepdim=True"),
-        call_check("softmax_stable(tensor([1000.0, 1001.0, 1002.0]))", "softmax_stable",
+        stable_call("softmax_stable(tensor([1000.0, 1001.0, 1002.0]))", "softmax_stable",
                    torch.tensor([1000.0, 1001.0, 1002.0]),
                    hint="exp(1000.0) overflows to inf and inf / inf is nan: subtract the largest entry along `dim` "
                         "before exponentiating"),
-        call_check("softmax_stable(1e4 * attn_scores)", "softmax_stable", 1e4 * SCORES, atol=1e-3,
+        stable_call("softmax_stable(1e4 * attn_scores)", "softmax_stable", 1e4 * SCORES, atol=1e-3,
                    hint="subtract the maximum of each row (not of the whole tensor) before exponentiating"),
-        call_check("softmax_stable(attn_scores, dim=0)", "softmax_stable", SCORES, dim=0,
+        stable_call("softmax_stable(attn_scores, dim=0)", "softmax_stable", SCORES, dim=0,
                    hint="use `dim` for the maximum and for the sum, both with keepdim=True"),
-        call_check("softmax_stable on a random (2, 3, 4) input with the default dim", "softmax_stable",
+        stable_call("softmax_stable on a random (2, 3, 4) input with the default dim", "softmax_stable",
                    inputs.randn(2, 3, 4), hint="the default dimension is the last one, dim=-1"),
     ]
     for shape, dim, scale in [((6,), -1, 1.0), ((4, 7), -1, 3.0), ((4, 7), 0, 3.0), ((2, 3, 5), 1, 10.0),
                               ((2, 3, 5), -2, 100.0), ((3, 1, 4), 0, 1000.0), ((1, 1), -1, 1000.0),
                               ((2, 5, 3), -1, 1e4), ((3, 4, 2, 5), 2, 300.0)]:
-        checks.append(call_check(f"softmax_stable on a random {shape} input times {scale:g} with dim={dim}",
+        checks.append(stable_call(f"softmax_stable on a random {shape} input times {scale:g} with dim={dim}",
                                  "softmax_stable", inputs.randn(*shape, scale=scale), dim=dim, hint=hint,
                                  atol=1e-5 if scale < 100 else 1e-3))
     # No entries along dim: torch.softmax returns an empty tensor of the shape of x, and so must softmax_stable.
     for shape, dim in (((3, 0), -1), ((0, 4), 0), ((2, 0, 3), 1)):
-        checks.append(call_check(f"softmax_stable on a {shape} input with dim={dim} (no entries along dim)",
+        checks.append(stable_call(f"softmax_stable on a {shape} input with dim={dim} (no entries along dim)",
                                  "softmax_stable", torch.zeros(shape), dim=dim,
                                  hint="an x with no entries along `dim` gives an empty result of the shape of x, as "
                                       "torch.softmax does: there is no maximum to take there, so return that empty "
@@ -104,32 +216,65 @@ def softmax_stable(inputs):
     # Rows of very different sizes: torch.softmax is finite on every one of them.
     rows = torch.stack([inputs.randn(4), 1000 + inputs.randn(4), -1000 + inputs.randn(4)])
     for dim, x in ((-1, rows), (0, rows.T.contiguous())):
-        checks.append(call_check(f"softmax_stable on rows of very different sizes with dim={dim}", "softmax_stable",
+        checks.append(stable_call(f"softmax_stable on rows of very different sizes with dim={dim}", "softmax_stable",
                                  x, dim=dim, hint="subtract the maximum of each slice along `dim` (amax(dim=dim, "
                                                   "keepdim=True)), not the maximum of the whole tensor: a row far "
                                                   "below the overall maximum underflows to 0 / 0 = nan"))
     return checks
 
 
+def _context(softmax_dim=-1, keys="transpose", weights="softmax", scale=False, times="inputs"):
+    """context_vectors with one usual mistake put in."""
+    def context_vectors(inputs):
+        other = inputs.permute(*reversed(range(inputs.dim()))) if keys == ".T" else inputs.transpose(-2, -1)
+        scores = inputs @ other
+        if scale:
+            scores = scores / inputs.shape[-1] ** 0.5
+        w = torch.softmax(scores, dim=softmax_dim) if weights == "softmax" else scores
+        return w @ (inputs if times == "inputs" else scores)
+    return context_vectors
+
+
+CONTEXT_MISTAKES = tuple((hint, {"context_vectors": _context(**changes)}) for hint, changes in (
+    # the scores inputs @ inputs^T are symmetric: weights.T @ inputs is this same mistake for one sentence
+    ("the softmax runs over dimension 0 (dim=0): for one sentence that normalises the columns (the queries), for a "
+     "batch it mixes the sentences; run it over the keys, the last dimension (dim=-1)", dict(softmax_dim=0)),
+    ("the softmax runs over dimension 1 (dim=1): for one (T, T) score matrix those are the keys, but for a batch "
+     "(b, T, T) they are the queries; run it over the last dimension (dim=-1)", dict(softmax_dim=1)),
+    ("`.T` reverses all dimensions (it reverses all three dimensions of a batch (b, T, d), giving (d, T, b)): swap "
+     "only the last two, with transpose(-2, -1) or .mT", dict(keys=".T")),
+    ("the scores are used as weights without a softmax: weights = softmax of the scores over the last dimension",
+     dict(weights="scores")),
+    ("the weights multiply the scores: multiply them by `inputs`, not by the scores, weights @ inputs",
+     dict(times="scores")),
+    ("the scores are divided by sqrt(d) before the softmax: this step's attention has no scaling (step 03 adds it, "
+     "with trainable projections)", dict(scale=True)),
+))
+
+
+def context_call(*args, **kwargs):
+    return call(CONTEXT_MISTAKES, *args, **kwargs)
+
+
 def context_vectors_single(inputs):
-    checks = [call_check("context_vectors(inputs) on the journey sentence", "context_vectors", INPUTS,
+    checks = [context_call("context_vectors(inputs) on the journey sentence", "context_vectors", INPUTS,
                          hint="weights = softmax of the scores over the last dimension, then weights @ inputs")]
     for num_tokens, d in [(5, 3), (1, 4), (7, 2), (3, 8), (4, 4)]:
-        checks.append(call_check(f"context_vectors on a random ({num_tokens}, {d}) input", "context_vectors",
+        checks.append(context_call(f"context_vectors on a random ({num_tokens}, {d}) input", "context_vectors",
                                  inputs.randn(num_tokens, d),
                                  hint="softmax over the last dimension of the scores, then weights @ inputs"))
     return checks
 
 
 def context_vectors_batched(inputs):
-    hint = ("each sentence on its own: scores over the last two dimensions (transpose(-2, -1), not .T), softmax "
-            "over the last one, then weights @ inputs")
-    checks = [call_check("context_vectors(batch) on the journey batch", "context_vectors", data.journey_batch(),
+    hint = ("each sentence on its own: scores over the last two dimensions, softmax over the last one, then weights @ "
+            "inputs")
+    checks = [context_call("context_vectors(batch) on the journey batch", "context_vectors", data.journey_batch(),
                          hint=hint),
-              call_check("context_vectors(kid_inputs), 'the kid smiles'", "context_vectors", data.kid_smiles_inputs(),
+              context_call("context_vectors(kid_inputs), 'the kid smiles'", "context_vectors", data.kid_smiles_inputs(),
                          hint=hint)]
     for shape in [(3, 5, 4), (1, 2, 3), (2, 3, 4, 5), (5, 1, 6), (2, 7, 3), (4, 3, 3)]:
-        checks.append(call_check(f"context_vectors on a random {shape} input", "context_vectors",
+        checks.append(context_call(f"context_vectors on a random {shape} input", "context_vectors",
                                  inputs.randn(*shape), hint=hint))
     return checks
 
@@ -142,7 +287,8 @@ MASKED = ("set the hidden entries (True) to -inf, or drop them after exponentiat
           "entries of each slice along `dim`, and divide by the sum of the visible exponentials")
 BLOCKED = ("a slice with every entry hidden has nothing to normalise: 0 / 0 gives nan there (softmax of a row of -inf is "
            "nan), so return zeros for it, e.g. divide by the sum clamped to at least 1, or torch.where on the sum")
-INVERTED = "True means hidden (the convention of step 04): the entries where mask is False are the ones to keep"
+INVERTED = ("the mask is used the other way round: True means hidden (the convention of step 04), and here the "
+            "entries where mask is False are hidden instead")
 NOT_ZERO = "a hidden entry gets weight exactly 0: fill it with -inf (or zero its exponential), not with a finite number"
 RENORMALISE = ("the visible weights of every slice must sum to 1: softmax over the visible entries only, not the full "
                "softmax with the hidden weights zeroed afterwards")
@@ -160,29 +306,57 @@ def masked_reference(x, mask, dim):
 
 
 def masked_mistake(got, x, mask, dim, hint):
-    """The likely mistake, from what the student's weights do with the mask (hint: the check's own default)."""
+    """What the student's weights do wrong, as facts (the cause is named only by running a mistake: MASKED_MISTAKES)."""
     weights, hidden = masked_reference(x, mask, dim)
     if got.shape != weights.shape:
         return "return a tensor of the shape of x: the mask broadcasts to x, not x to the mask"
     blocked = hidden.all(dim=dim, keepdim=True).expand(x.shape)
     if torch.isnan(got[blocked]).any():
-        return BLOCKED
-    inverted, _ = masked_reference(x, ~mask, dim)
-    if torch.allclose(got.nan_to_num(-1.0), inverted, atol=1e-4):
-        return INVERTED
+        return "a slice with every entry hidden came out nan: it must be all zeros, never nan"
     if torch.isnan(got).any() or torch.isinf(got).any():
-        return "large visible scores overflow: shift by the maximum of the visible entries of each slice"
+        return "the weights hold nan or inf where some entries are visible: they must stay finite"
     if (got[hidden & ~blocked].abs() > 1e-6).any():
-        return NOT_ZERO
+        return "a hidden entry got a weight other than 0: it must get weight exactly 0"
     if (got[blocked].abs() > 1e-6).any():
-        return FILLED_BLOCKED
-    some_visible = ~hidden.all(dim=dim)
-    sums = got.sum(dim=dim)
-    if (sums[some_visible] - 1).abs().max() > 1e-3:
-        if (got[~hidden] == 0).any():
-            return HIDDEN_MAX
-        return RENORMALISE
+        return "a slice with every entry hidden got weights other than 0: it must be all zeros"
     return hint
+
+
+def _checked(function):
+    """A mistake of softmax_masked as a function of (x, mask, dim=-1), like the student's (the masks of the checks
+    it is tried on are valid, so it need not check them)."""
+    def softmax_masked(x, mask, dim=-1):
+        return function(x, mask, dim)
+    return softmax_masked
+
+
+def _hidden(x, mask):
+    return mask | torch.isneginf(x)
+
+
+MASKED_MISTAKES = tuple((hint, {"softmax_masked": _checked(function)}) for hint, function in (
+    ("the hidden entries are set to -inf and softmax runs on them as they are: a slice with every entry hidden (or "
+     "already -inf) is the softmax of all -inf, 0 / 0 = nan; such a slice must be all zeros, never nan (e.g. "
+     "torch.where on the sum, or nan_to_num)",
+     lambda x, mask, dim: torch.softmax(x.masked_fill(mask, float("-inf")), dim=dim)),
+    ("the hidden entries are filled with a large finite number (like -1e9) rather than -inf: a slice with every entry "
+     "hidden then gets equal weights, not zeros, and scores already -inf stay a slice of -inf (nan)",
+     lambda x, mask, dim: torch.softmax(x.masked_fill(mask, -1e9), dim=dim)),
+    ("the softmax runs over all entries and the hidden weights are zeroed after the softmax: the visible weights are "
+     "not renormalised, so they sum to less than 1; take the softmax over the visible entries only",
+     lambda x, mask, dim: torch.softmax(x, dim=dim).masked_fill(_hidden(x, mask), 0.0).nan_to_num(0.0)),
+    # softmax over every entry, then the visible weights renormalised, computes the same: both are this one mistake
+    ("hidden entries take part in the shift (or in a softmax over every entry) before they are dropped: a hidden "
+     "score far above the visible ones makes every visible exp(x - max) underflow to 0; the shift must be the maximum "
+     "of the visible entries (hide the entries before exponentiating)",
+     lambda x, mask, dim: (lambda e: e / e.sum(dim=dim, keepdim=True).clamp(min=1e-30))(
+         torch.exp(x - x.amax(dim=dim, keepdim=True)).masked_fill(_hidden(x, mask), 0.0))),
+    ("the exponentials are taken without subtracting the maximum of the visible entries: large visible scores "
+     "overflow to inf (inf / inf = nan), and a slice with every entry hidden gives 0 / 0 = nan",
+     lambda x, mask, dim: (lambda e: e / e.sum(dim=dim, keepdim=True))(
+         torch.exp(x.masked_fill(mask, float("-inf"))))),
+    (INVERTED, lambda x, mask, dim: torch.softmax(x.masked_fill(~mask, float("-inf")), dim=dim).nan_to_num(0.0)),
+))
 
 
 def masked_check(what, x, mask, dim=-1, hint=MASKED):
@@ -197,7 +371,7 @@ def masked_check(what, x, mask, dim=-1, hint=MASKED):
         return problem
 
     check.judge = judge
-    return check
+    return by_running(check, distinct(MASKED_MISTAKES, (x, mask), {"dim": dim}))
 
 
 def random_mask(inputs, shape, p):
@@ -222,6 +396,11 @@ def softmax_masked(inputs):
         mask.select(dim % len(shape) - (len(shape) - len(mask_shape)), 0).fill_(False)
         checks.append(masked_check(f"softmax_masked on a random {shape} input times {scale:g} with a {mask_shape} "
                                    f"mask and dim={dim}", x, mask, dim=dim))
+    # a row whose hidden score is far above the visible ones next to a row whose hidden score is not: hidden scores that
+    # entered the softmax show in both rows, in different ways
+    checks.append(masked_check("softmax_masked on [[0, 1, 1000], [0, 1, 2]] with the last column hidden",
+                               torch.tensor([[0.0, 1.0, 1000.0], [0.0, 1.0, 2.0]]),
+                               torch.tensor([False, False, True]), hint=HIDDEN_MAX))
     # hidden entries far above the visible ones: they must not take part in the shift
     x = inputs.randn(3, 8, scale=5.0)
     mask = random_mask(inputs, (3, 8), 0.4)
@@ -272,9 +451,35 @@ def gradient_check(what, x, mask, w, dim=-1):
 
 
 def bad_mask_check(what, x, mask):
+    """softmax_masked must refuse `mask` with a ValueError naming it: a mask that is not bool, or whose shape does not
+    broadcast to x's without changing it. A mask that goes through was not checked: the message says which check."""
     p = Program()
     p.call(G("softmax_masked"), p.tensor(x), p.tensor(mask))
-    return expect_value_error(what, p, "mask")
+    check = expect_value_error(what, p, "mask")
+    judge = check.judge
+    if mask.dtype != torch.bool:
+        unchecked = (f"the mask's dtype is not checked: a {str(mask.dtype).replace('torch.', '')} mask is used as it "
+                     "is (or turned into bool) instead of refused; raise ValueError naming `mask` unless mask.dtype "
+                     "is torch.bool (a float 0/1 mask means something else in other libraries)")
+    elif len(mask.shape) > len(x.shape):
+        unchecked = ("the mask's shape is not checked: a mask with more dimensions than x broadcasts x up to its own "
+                     "shape (masked_fill and torch.where do), so the result is larger than x; raise ValueError "
+                     "naming `mask` unless torch.broadcast_shapes(mask.shape, x.shape) == x.shape")
+    else:
+        unchecked = ("the mask's shape is not checked: raise ValueError naming `mask` when it does not broadcast to "
+                     "x.shape (torch.broadcast_shapes raises RuntimeError then), before any other operation does")
+
+    def judged(got, want):
+        problem = judge(got, want)
+        if problem and (not got or "raised" not in got[-1]):
+            return NamedMistake(problem.split("\n  likely mistake: ")[0] + f"\n  likely mistake: {unchecked}")
+        if problem and got[-1]["raised"] not in ("ValueError", "NotImplementedError"):
+            return NamedMistake(problem.split("\n  likely mistake: ")[0] + f"\n  likely mistake: {unchecked} "
+                                f"(here {got[-1]['raised']} came from a later operation)")
+        return problem
+
+    check.judge = judged
+    return check
 
 
 def softmax_masked_blocked(inputs):
@@ -285,6 +490,10 @@ def softmax_masked_blocked(inputs):
                            hint=BLOCKED),
               masked_check("softmax_masked on scores that are already -inf, nothing hidden", minus_inf,
                            torch.zeros(3, dtype=torch.bool), hint="a score of -inf counts as hidden; " + BLOCKED)]
+    checks.append(masked_check("softmax_masked on [[0, 1, 1000], [0, 1, 2], [5, 6, 7]] with the last column and the "
+                               "last row hidden", torch.tensor([[0.0, 1.0, 1000.0], [0.0, 1.0, 2.0], [5.0, 6.0, 7.0]]),
+                               torch.tensor([[False, False, True], [False, False, True], [True, True, True]]),
+                               hint=BLOCKED))
     for shape, dim, scale in [((4, 6), -1, 1.0), ((3, 5, 5), -1, 100.0), ((5, 4), 0, 10.0), ((2, 3, 4, 4), -1, 1e4),
                               ((2, 4, 3), 1, 3.0)]:
         x = inputs.randn(*shape, scale=scale)

@@ -1,13 +1,20 @@
-"""Judges of step 03: scaled dot-product attention, SelfAttention_v1 and _v2, and the weight transfer."""
-import math
+"""Judges of step 03: scaled dot-product attention, SelfAttention_v1 and _v2, and the weight transfer.
+
+As in step 02, a failing check names a mistake by running it in the answer key (Check.mistakes: the usual mistakes of
+attention, of the two modules and of the transfers), or by reading what the student's error says; when no usual mistake
+gives the student's values, the message says so.
+"""
+import re
 
 import torch
+from torch import nn
 
 from attention_course import data
-from attention_grader.judging import (G, Check, Expect, Program, compare, default_judge, expect_value_error,
-                                      raised_message)
-from attention_grader.judges.common import (EXACT, differ, first_raised, forward_check, linear_state,
-                                            own_attention_check, shape_problem, tensor_of, with_hint)
+from attention_grader.judging import (G, Check, Expect, NamedMistake, Program, compare, default_judge,
+                                      expect_value_error, raised_message)
+from attention_grader.judges.common import (EXACT, NONE_MATCHES, by_running, differ, distinct, first_raised,
+                                            forward_check, linear_state, own_attention_check, read_error,
+                                            shape_problem, tensor_of, with_hint)
 
 INPUTS = data.journey_inputs()  # (6, 3)
 BATCH = data.journey_batch()    # (2, 6, 3)
@@ -22,7 +29,7 @@ def lesson_matrices():
 
 LESSON = lesson_matrices()
 INPLACE = "use out-of-place operations: queries / scale, not queries /= scale"
-LAST_TWO = "work on the last two dimensions only: `.T` reverses all dimensions, use transpose(-2, -1) or .mT"
+LAST_TWO = "work on the last two dimensions only, for any number of leading dimensions"
 GLOBALS = ("forward must compute everything from its argument x and the module's own weights, not from notebook "
            "globals (the global `inputs`, or `queries`, `keys`, `values` of the cells above)")
 
@@ -31,23 +38,55 @@ GLOBALS = ("forward must compute everything from its argument x and the module's
 # Part 1: scaled dot-product attention
 # ---------------------------------------------------------------------------------------------------------------
 
-def attention(q, k, v, scale, dim):
-    q, k, v = q.double(), k.double(), v.double()
-    return torch.softmax(q @ k.transpose(-2, -1) / scale, dim=dim) @ v
+def read_attention_error(message):
+    """What an error of attention code says it did, when its words leave no doubt; "" otherwise."""
+    message = str(message)
+    if "leaf Variable that requires grad" in message:
+        return ("a parameter (a leaf tensor that requires grad) is changed in place outside torch.no_grad(): copy "
+                "into it inside `with torch.no_grad():`")
+    found = re.search(r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)", message)
+    if found:
+        a, b, c, d = map(int, found.groups())
+        return (f"a ({a}, {b}) matrix was multiplied by a ({c}, {d}) one: the inner sizes {b} and {c} differ. An "
+                f"nn.Linear weight is stored as (d_out, d_in) = ({c}, {d}) and nn.Linear computes x @ weight.T: "
+                "multiply by the transposed weight, or call the layer itself") if b == d else ""
+    return read_error(message)
 
 
-def likely_sdpa_mistake(got, q, k, v):
-    """The mistake whose output the student's output matches, if any."""
-    d_k, d_v = k.shape[-1], v.shape[-1]
-    guesses = [(1.0, -1, "the scores were not scaled: divide them by sqrt(d_k) = sqrt(keys.shape[-1])"),
-               (d_k, -1, "the scores were divided by d_k instead of its square root"),
-               (math.sqrt(d_v), -1, "scaled by the width of the values: d_k is the width of the keys, keys.shape[-1]"),
-               (math.sqrt(d_k), -2, "softmax over the wrong dimension: use dim=-1 (over the keys)")]
-    for scale, dim, text in guesses:
-        guess = attention(q, k, v, scale, dim)
-        if got.shape == guess.shape and torch.allclose(got, guess, atol=1e-4, rtol=1e-4):
-            return text
-    return "softmax(queries @ keys^T / sqrt(keys.shape[-1]), dim=-1) @ values, on the last two dimensions only"
+def _attention(scale="sqrt_d_k", dim=-1, keys="transpose", after=False):
+    """scaled_dot_product_attention with one usual mistake put in."""
+    def scaled_dot_product_attention(queries, keys_, values):
+        if keys == ".T":
+            swapped = keys_.permute(*reversed(range(keys_.dim())))
+        elif keys == "1, 2":
+            swapped = keys_.transpose(1, 2)
+        else:
+            swapped = keys_.transpose(-2, -1)
+        scores = queries @ swapped
+        divisor = {"sqrt_d_k": keys_.shape[-1] ** 0.5, "d_k": keys_.shape[-1], "sqrt_d_v": values.shape[-1] ** 0.5,
+                   "none": 1.0}[scale]
+        weights = torch.softmax(scores, dim=dim) / divisor if after else torch.softmax(scores / divisor, dim=dim)
+        return weights @ values
+    return scaled_dot_product_attention
+
+
+NOT_SCALED = "the scores are not scaled: divide them by sqrt(d_k) = sqrt(keys.shape[-1]) before the softmax"
+SCALED_BY_D_K = "the scores were divided by d_k instead of its square root: divide them by sqrt(d_k)"
+SCALED_BY_D_V = ("the scores are scaled by the width of the values, sqrt(d_v): d_k is the width of the keys, "
+                 "keys.shape[-1]")
+OVER_QUERIES = ("softmax over the wrong dimension: it runs over the queries (dim=-2), so each column sums to 1; run it "
+                "over the keys, the last dimension (dim=-1)")
+OVER_DIM_0 = "softmax over the wrong dimension: it runs over dimension 0; run it over the keys, the last one (dim=-1)"
+DOT_T = ("`.T` reverses all dimensions of a batch, not only the last two: swap only the last two with "
+         "transpose(-2, -1) or .mT")
+TRANSPOSE_1_2 = ("keys.transpose(1, 2) swaps dimensions 1 and 2, which are the last two only for 3-D input: it fails "
+                 "on (T, d) inputs and swaps the wrong ones with more leading dimensions; use transpose(-2, -1)")
+AFTER_SOFTMAX = ("the weights are divided by sqrt(d_k) after the softmax, so they no longer sum to 1: divide the "
+                 "scores before the softmax")
+SDPA_MISTAKES = tuple((hint, {"scaled_dot_product_attention": _attention(**changes)}) for hint, changes in (
+    (NOT_SCALED, dict(scale="none")), (SCALED_BY_D_K, dict(scale="d_k")), (SCALED_BY_D_V, dict(scale="sqrt_d_v")),
+    (OVER_QUERIES, dict(dim=-2)), (OVER_DIM_0, dict(dim=0)), (DOT_T, dict(keys=".T")),
+    (TRANSPOSE_1_2, dict(keys="1, 2")), (AFTER_SOFTMAX, dict(after=True))))
 
 
 def sdpa_check(what, q, k, v, atol=1e-4):
@@ -60,18 +99,19 @@ def sdpa_check(what, q, k, v, atol=1e-4):
     def judge(got, want):
         found = first_raised(got)
         if found:
-            return raised_message(what, found[1], LAST_TWO)
+            return raised_message(what, found[1])
         problem = shape_problem(got[0], want[0], what, "one context vector per query: (..., T_q, T_k) weights @ "
                                                        "(..., T_k, d_v) values gives (..., T_q, d_v); " + LAST_TWO)
         for index, name in enumerate(("queries", "keys", "values"), 1):
             problem = problem or with_hint(compare(got[index], want[index], f"{what}: the {name} after the call",
-                                                   EXACT), f"it changed its {name}: {INPLACE}")
+                                                   EXACT), f"it changed its {name} in place: {INPLACE}")
         if problem:
             return problem
-        problem = compare(got[0], want[0], what, Expect("", atol=atol, rtol=atol))
-        return with_hint(problem, problem and likely_sdpa_mistake(tensor_of(got[0]), q, k, v))
+        return with_hint(compare(got[0], want[0], what, Expect("", atol=atol, rtol=atol)),
+                         "softmax(queries @ keys^T / sqrt(keys.shape[-1]), dim=-1) @ values, on the last two "
+                         "dimensions only")
 
-    return Check(what, p, judge=judge)
+    return by_running(Check(what, p, judge=judge), distinct(SDPA_MISTAKES, (q, k, v), {}), read_attention_error)
 
 
 def shapes(*tensors):
@@ -128,19 +168,109 @@ def trainable(check, hint):
     return check
 
 
+class MistakenSelfAttention(nn.Module):
+    """SelfAttention_v1 (matrices) or _v2 (nn.Linear layers) as the contract has them, with the usual mistake its class
+    attributes name put in."""
+    linear = False  # v2: nn.Linear layers
+    layout = "d_in, d_out"  # v1 only: "d_out, d_in", nn.Linear's layout, used transposed
+    bias = None  # v2 only: None: bias=qkv_bias; True or False: always
+    untransposed = False  # v2 only: x @ layer.weight, the weight as nn.Linear stores it
+    scale = "d_out"  # "d_in", "none", "d_k" (d_k itself, not its root)
+    keys = "transpose"  # ".T"
+    softmax_dim = -1
+
+    def __init__(self, d_in, d_out, qkv_bias=False):
+        nn.Module.__init__(self)
+        self.d_in = d_in
+        for name in NAMES:
+            if self.linear:
+                setattr(self, name, nn.Linear(d_in, d_out, bias=qkv_bias if self.bias is None else self.bias))
+            else:
+                shape = (d_in, d_out) if self.layout == "d_in, d_out" else (d_out, d_in)
+                setattr(self, name, nn.Parameter(torch.rand(*shape)))
+
+    def project(self, x, name):
+        layer = getattr(self, name)
+        if not self.linear:
+            return x @ (layer if self.layout == "d_in, d_out" else layer.T)
+        if self.untransposed:
+            return x @ layer.weight + (layer.bias if layer.bias is not None else 0)
+        return layer(x)
+
+    def forward(self, x):
+        queries, keys, values = (self.project(x, name) for name in NAMES)
+        swapped = keys.permute(*reversed(range(keys.dim()))) if self.keys == ".T" else keys.transpose(-2, -1)
+        divisor = {"d_out": keys.shape[-1] ** 0.5, "d_in": self.d_in ** 0.5, "none": 1.0, "d_k": keys.shape[-1]}
+        return torch.softmax(queries @ swapped / divisor[self.scale], dim=self.softmax_dim) @ values
+
+
+def mistaken(**changes):
+    """The class with the mistake, named as the student's class is (an error message may name the class)."""
+    return type("SelfAttention_v2" if changes.get("linear") else "SelfAttention_v1", (MistakenSelfAttention,), changes)
+
+
+SCALED_BY_D_IN = ("the scores are scaled by sqrt(d_in), the input width: scale them by sqrt(d_k), the key dimension "
+                  "keys.shape[-1] = d_out, not by the input width d_in")
+MODULE_MISTAKES = (
+    (SCALED_BY_D_IN, dict(scale="d_in")), (NOT_SCALED, dict(scale="none")), (SCALED_BY_D_K, dict(scale="d_k")),
+    (DOT_T, dict(keys=".T")), (OVER_QUERIES, dict(softmax_dim=-2)), (OVER_DIM_0, dict(softmax_dim=0)))
+V1_MISTAKES = tuple((hint, {"SelfAttention_v1": mistaken(**changes)}) for hint, changes in MODULE_MISTAKES + (
+    ("the matrices are created as (d_out, d_in), nn.Linear's layout, and used transposed: SelfAttention_v1's "
+     "matrices are (d_in, d_out), used as x @ self.W_query", dict(layout="d_out, d_in")),))
+V2_MISTAKES = tuple((hint, {"SelfAttention_v2": mistaken(linear=True, **changes)}) for hint, changes in
+                    MODULE_MISTAKES + (
+    ("the layers have biases whatever qkv_bias says: pass bias=qkv_bias to each nn.Linear", dict(bias=True)),
+    ("the layers never have biases: pass bias=qkv_bias to each nn.Linear", dict(bias=False)),
+    ("x is multiplied by an nn.Linear weight as it is stored, (d_out, d_in): nn.Linear computes x @ weight.T (+ bias); "
+     "call the layer itself (self.W_query(x) and so on)", dict(untransposed=True))))
+
+
 V1_HINTS = dict(
     parameters_hint="assign nn.Parameter(torch.rand(d_in, d_out)) to self.W_query, self.W_key and self.W_value: a "
                     "plain tensor is not registered, so no optimizer would ever train it",
-    runs_hint="project with x @ self.W_query (and so on); swap only the last two dimensions of the keys with "
-              "transpose(-2, -1) or .mT (`.T` reverses all of them); " + GLOBALS,
+    runs_hint="project with x @ self.W_query (and so on), and work on the last two dimensions only; " + GLOBALS,
     value_hint="queries = x @ self.W_query (and so on); scale the scores by sqrt(d_k), the key dimension "
                "keys.shape[-1] = d_out, not by the input width d_in; softmax over the last dimension; " + GLOBALS,
     again_hint="forward must give the same output for the same input")
 
 
 def v1_check(what, d_in, d_out, state, x):
-    return trainable(forward_check(what, "SelfAttention_v1", (d_in, d_out), state, x, **V1_HINTS),
-                     "use nn.Parameter, which requires gradients")
+    return by_running(trainable(forward_check(what, "SelfAttention_v1", (d_in, d_out), state, x, **V1_HINTS),
+                                "use nn.Parameter, which requires gradients"), V1_MISTAKES, read_attention_error)
+
+
+def seeded_check():
+    """Right after torch.manual_seed(123), SelfAttention_v1(3, 2) holds the lesson's matrices: drawn with torch.rand
+    (uniform on [0, 1)), one after the other (in any order of the three names)."""
+    what = "SelfAttention_v1(3, 2) created right after torch.manual_seed(123)"
+    p = Program()
+    p.seed(123)
+    p.record(p.call(G("SelfAttention_v1"), 3, 2), "its matrices", kind="state")
+    generator = torch.Generator().manual_seed(123)
+    normal = [torch.randn(3, 2, generator=generator) for _ in NAMES]
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1], V1_HINTS["parameters_hint"])
+        state = got[0].get("state") if isinstance(got[0], dict) else None
+        if not isinstance(state, dict) or any(name not in state for name in NAMES):
+            return None  # the other checks say which parameters are missing
+        matrices = [tensor_of({"tensor": state[name]}) for name in NAMES]
+        if any(m.shape != (3, 2) for m in matrices):
+            return None  # the other checks say which shape is wrong
+        if all(any(torch.allclose(m, lesson.double(), atol=1e-6) for lesson in LESSON.values()) for m in matrices):
+            return None
+        problem = f"{what}: its matrices are not the lesson's (torch.rand(3, 2) three times after that seed)"
+        if all(any(torch.allclose(m, drawn.double(), atol=1e-6) for drawn in normal) for m in matrices):
+            return NamedMistake(f"{problem}\n  likely mistake: the matrices are drawn with torch.randn, from a normal "
+                                "distribution, not uniformly from [0, 1) with torch.rand")
+        outside = any(((m < 0) | (m >= 1)).any() for m in matrices)
+        return with_hint(problem + (", and some entries lie outside [0, 1)" if outside else ""),
+                         f"{NONE_MATCHES}: draw each matrix with torch.rand(d_in, d_out), uniform on [0, 1), and "
+                         "nothing else from the random generator in __init__")
+
+    return Check(what, p, judge=judge)
 
 
 def self_attention_v1(inputs):
@@ -153,21 +283,21 @@ def self_attention_v1(inputs):
         state = {name: inputs.randn(d_in, d_out) for name in NAMES}
         checks.append(v1_check(f"SelfAttention_v1({d_in}, {d_out}) on x of shape {tuple(x.shape)}", d_in, d_out,
                                state, x))
-    return checks
+    return checks + [seeded_check()]
 
 
 V2_HINTS = dict(
     parameters_hint="three nn.Linear(d_in, d_out, bias=qkv_bias) layers named W_query, W_key, W_value",
-    runs_hint="project with self.W_query(x) (and so on); swap only the last two dimensions of the keys with "
-              "transpose(-2, -1) or .mT (`.T` reverses all of them); " + GLOBALS,
+    runs_hint="project with self.W_query(x) (and so on), and work on the last two dimensions only; " + GLOBALS,
     value_hint="queries = self.W_query(x) (and so on); scale the scores by sqrt(d_k), the key dimension "
                "keys.shape[-1] = d_out, not by the input width d_in; softmax over the last dimension; " + GLOBALS,
     again_hint="forward must give the same output for the same input")
 
 
 def v2_check(what, d_in, d_out, bias, state, x):
-    return trainable(forward_check(what, "SelfAttention_v2", (d_in, d_out), state, x, kwargs={"qkv_bias": bias},
-                                   **V2_HINTS), "keep the nn.Linear layers' parameters trainable")
+    return by_running(trainable(forward_check(what, "SelfAttention_v2", (d_in, d_out), state, x,
+                                              kwargs={"qkv_bias": bias}, **V2_HINTS),
+                                "keep the nn.Linear layers' parameters trainable"), V2_MISTAKES, read_attention_error)
 
 
 def qkv_state(inputs, d_in, d_out, bias):
@@ -229,6 +359,28 @@ def shuffled_tokens_check(inputs):
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def _transfer(assign):
+    """transfer_weights_v2_to_v1 that takes each weight as nn.Linear stores it, (d_out, d_in): copied into sa_v1's
+    matrices (an error unless d_in == d_out) or assigned as new parameters."""
+    def transfer_weights_v2_to_v1(sa_v2, sa_v1):
+        for name in NAMES:
+            weight = getattr(sa_v2, name).weight
+            if assign:
+                setattr(sa_v1, name, nn.Parameter(weight))
+            else:
+                with torch.no_grad():
+                    getattr(sa_v1, name).copy_(weight)
+        return sa_v1
+    return transfer_weights_v2_to_v1
+
+
+UNTRANSPOSED = ("the weight is taken as nn.Linear stores it, (d_out, d_in), but the v1 matrices are (d_in, d_out): "
+                "nn.Linear computes x @ weight.T, so the v1 matrix is the transposed weight, weight.T; transpose the "
+                "weight")
+TRANSFER_MISTAKES = ((UNTRANSPOSED, {"transfer_weights_v2_to_v1": _transfer(assign=False)}),
+                     (UNTRANSPOSED, {"transfer_weights_v2_to_v1": _transfer(assign=True)}))
+
+
 def transfer_check(inputs, d_in, d_out):
     """The student's transfer between stand-ins built from torch.nn only (an nn.ModuleDict of three nn.Linear layers
     and an nn.ParameterDict of three matrices, with the classes' attribute names), so that a bug in Part 2 or 3 costs
@@ -255,8 +407,9 @@ def transfer_check(inputs, d_in, d_out):
         found = first_raised(got)
         if found and found[0] <= 1:
             message = str(found[1].get("message"))
-            return raised_message(what, found[1], "copy in place inside `with torch.no_grad():`"
-                                  if "leaf Variable" in message else transpose)
+            if "leaf Variable" in message:
+                return NamedMistake(raised_message(what, found[1], read_attention_error(message)))
+            return raised_message(what, found[1], transpose)
         if found:
             return raised_message(f"{what}, then changing sa_v2's weights in place", found[1],
                                   "sa_v2 must keep its nn.Linear layers and their weights")
@@ -284,7 +437,7 @@ def transfer_check(inputs, d_in, d_out):
                             "copy from sa_v2 into sa_v1, not the other way round, and leave sa_v2 as it was")
         return problem
 
-    return Check(what, p, judge=judge)
+    return by_running(Check(what, p, judge=judge), TRANSFER_MISTAKES, read_attention_error)
 
 
 def encode(tensor):
@@ -316,9 +469,11 @@ def biased_mistake(got, weight, bias):
     zeros = torch.zeros(weight.shape[0])
     bias_or_zeros = bias if bias is not None else zeros
     guesses = [(torch.cat([bias_or_zeros[None, :], weight.T]), "the bias is in the first row: the feature that is "
-                "always 1 is appended as the LAST feature, so it meets the last row"),
-               (folded(weight, None), "the bias is lost: the last row of the matrix, which meets the feature that is "
-                "always 1, must hold the layer's bias"),
+                "always 1 is appended as the last feature, so it meets the last row, and the first d_in rows multiply "
+                "x (weight.T)"),
+               (folded(weight, None), "the bias is lost: the part of the projection that does not depend on x is "
+                "missing; the last row of the matrix, which meets the feature that is always 1, must hold the layer's "
+                "bias"),
                (torch.cat([weight.T, torch.ones(1, weight.shape[0])]), "the last row is the feature 1 itself, not the "
                 "bias: the product [x, 1] @ M adds the last row of M to every projection"),
                (torch.cat([weight.T, -bias_or_zeros[None, :]]), "the bias has the wrong sign: nn.Linear adds it")]
@@ -392,7 +547,8 @@ def biased_check(inputs, d_in, d_out, bias):
                             weight, v2_state.get(f"{name}.bias")).double(), atol=1e-5):
                         hint = guess
                         break
-            return with_hint(problem, hint)
+            return with_hint(problem, f"{NONE_MATCHES}; {hint}") if hint == FOLD else NamedMistake(
+                with_hint(problem, hint))
         problem = with_hint(compare(got[2], want[2], f"{what}: sa_v1", EXACT),
                             "keep sa_v1's parameters named W_query, W_key, W_value, of shape (d_in + 1, d_out)")
         if problem:

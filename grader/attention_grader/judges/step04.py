@@ -1,13 +1,20 @@
-"""Judges of step 04: the causal mask, its two ways of use, and CausalSelfAttention."""
+"""Judges of step 04: the causal mask, its two ways of use, and CausalSelfAttention.
+
+Known mistakes are named by running them: the answer key with one of its functions (or its CausalSelfAttention)
+replaced by a mistaken one written here, on the same hidden inputs; a check names one only when the student's records
+are what it computes, and otherwise says that none of the usual mistakes gives them.
+"""
 import functools
 import itertools
 
 import torch
+import torch.nn as nn
 
 from attention_course import data
-from attention_grader.judging import G, Check, Expect, Program, compare, expect_value_error, raised_message
+from attention_grader.judging import (G, Check, Expect, NamedMistake, Program, compare, expect_value_error,
+                                     raised_message)
 from attention_grader.judges.common import (ANY_VALUES, EXACT, first_raised, forward_check, linear_state,
-                                            own_attention_check, shape_problem, tensor_of, with_hint,
+                                            matched_records, own_attention_check, shape_problem, tensor_of, with_hint,
                                             with_later_tokens_changed)
 
 BATCH = data.journey_batch()  # (2, 6, 3)
@@ -17,13 +24,186 @@ REGISTER = ("register the mask in __init__ with self.register_buffer('mask', ...
             "would be learned")
 
 
-def keeps_input_check(what, function, x, *args, hint, input_hint, atol=1e-5):
+# ---------------------------------------------------------------------------------------------------------------
+# The usual mistakes of each part, run as variants of the answer key on the same hidden inputs: a check names one
+# only when the student's records are what it computes (matched_records, judges/common.py).
+# ---------------------------------------------------------------------------------------------------------------
+
+def later_keys(num_tokens):
+    index = torch.arange(num_tokens)
+    return index[None, :] > index[:, None]
+
+
+NUMBER_MASK = ("the mask given to masked_fill holds numbers (a float tensor, from causal_mask or built here), and "
+               "masked_fill takes only a bool mask: build it with dtype=torch.bool or from a comparison, or convert "
+               "it with .bool()")
+MASK_MISTAKES = (
+    ("causal_mask returns numbers (a float tensor), not a bool tensor: build it with dtype=torch.bool or from a "
+     "comparison", {"causal_mask": lambda t: later_keys(t).float()}),
+    ("True also on the diagonal hides each token from itself: block only the keys after the query, j > i (the "
+     "diagonal itself stays False)", {"causal_mask": lambda t: ~later_keys(t).T}),
+    ("the mask is True on and below the diagonal, the lower triangle torch.tril(ones) gives: those are the entries a "
+     "query may look at, and this step's mask is True where blocked, the keys after the query (j > i); True below "
+     "the diagonal blocks the past instead", {"causal_mask": lambda t: ~later_keys(t)}),
+    ("the mask is True strictly below the diagonal, the keys before the query: True below the diagonal blocks the "
+     "past instead; block the keys after it, j > i", {"causal_mask": lambda t: later_keys(t).T}),
+)
+# a later part meets Part 1's mask through the judges' stand-in, in its dtype only
+AFTER_PART_1 = ((NUMBER_MASK, {"causal_mask": lambda t: later_keys(t).float()}),)
+
+IN_PLACE_1 = ("it writes into the tensor it was given, in place (masked_fill_, *=, /=): use masked_fill, not "
+              "masked_fill_, and arithmetic that returns a new tensor")
+IN_PLACE_2 = ("it writes into the scores it was given, in place (masked_fill_ or an indexed assignment): use "
+              "masked_fill, not masked_fill_, which returns a new tensor")
+BATCH_T = ("T is taken from attn_weights.shape[{dim}], a leading (batch) dimension of a batched input: the number of "
+           "tokens is the last dimension, attn_weights.shape[-1]")
+
+
+def _renormalized(how):
+    def renormalized_causal_weights(attn_weights):
+        mask = later_keys(attn_weights.shape[how if isinstance(how, int) else -1])
+        mask = ~mask if how == "kept the future" else mask
+        kept = attn_weights.masked_fill(mask, float("-inf") if how == "-inf" else 0.0)
+        if how == "no division":
+            return kept
+        if how == "softmax":
+            return torch.softmax(attn_weights.masked_fill(mask, float("-inf")), dim=-1)
+        return kept / kept.sum(dim=-2 if how == "columns" else -1, keepdim=how != "keepdim")
+    return {"renormalized_causal_weights": renormalized_causal_weights}
+
+
+RENORMALIZED_MISTAKES = (
+    ("each entry is divided by the sum of its column (a sum over dim=-2, the queries): divide it by the sum of its "
+     "row, over the keys (dim=-1)", _renormalized("columns")),
+    ("the row sums are taken without keepdim=True: a (..., T) tensor of sums lines up with the columns, so entry "
+     "[i, j] is divided by the sum of row j (or, on a batch, does not broadcast); keep the summed dimension, "
+     "sum(dim=-1, keepdim=True)", _renormalized("keepdim")),
+    ("the entries above the diagonal are zeroed but nothing divides by the row sums, so the rows no longer sum to 1: "
+     "divide each row by its sum (way 1 divides by the row sums)", _renormalized("no division")),
+    ("the future is filled with -inf after softmax, so the row sums become -inf and the weights nan or 0: zero "
+     "those weights (0.0), then divide each row by its sum", _renormalized("-inf")),
+    ("the kept weights go through a softmax again, which reweights them: divide each row by its sum instead",
+     _renormalized("softmax")),
+    ("the entries on and below the diagonal are zeroed, keeping the future: zero only those above it (key j > "
+     "query i)", _renormalized("kept the future")),
+    (BATCH_T.format(dim=0), _renormalized(0)),
+    (BATCH_T.format(dim=1), _renormalized(1)),
+)
+
+
+def _weights(how):
+    def causal_attention_weights(attn_scores, d_k):
+        mask = later_keys(attn_scores.shape[0 if how == "T0" else -1])
+        mask = ~mask if how == "past" else mask
+        scale = {"no scale": 1.0, "T": attn_scores.shape[-1] ** 0.5, "d_k": d_k, "times": d_k ** -0.5}.get(
+            how, d_k ** 0.5)
+        if how in ("after", "after zero"):
+            weights = torch.softmax(attn_scores / scale, dim=-1)
+            return weights.masked_fill(mask, float("-inf") if how == "after" else 0.0)
+        masked = attn_scores.masked_fill(mask, 0.0 if how == "0" else float("-inf"))
+        masked = attn_scores if how == "dropped" else masked
+        return torch.softmax(masked / scale, dim={"dim 0": 0, "dim -2": -2}.get(how, -1))
+    return {"causal_attention_weights": causal_attention_weights}
+
+
+COLUMNS = ("the softmax runs down the columns (over dim 0 or over the queries, dim=-2), so the columns sum to 1: run "
+           "it over the keys, dim=-1, so that each row sums to 1")
+WEIGHTS_MISTAKES = (
+    ("the future is filled with 0, not -inf: exp(0) is not 0, so the softmax still gives those keys weight; fill "
+     "with float('-inf')", _weights("0")),
+    ("the future is masked after the softmax, so the rows no longer sum to 1: way 2 masks before the softmax (fill "
+     "the scores with -inf BEFORE softmax)", _weights("after")),
+    ("the future is zeroed after the softmax, so the rows no longer sum to 1: way 2 masks before the softmax (fill "
+     "the scores with -inf BEFORE softmax)", _weights("after zero")),
+    ("the result of masked_fill is not used: masked_fill returns a new tensor, so keep the result of masked_fill "
+     "(masked = attn_scores.masked_fill(...))", _weights("dropped")),
+    ("the scores are divided by sqrt(T), the number of tokens (attn_scores.shape[-1]): divide them by sqrt(d_k), "
+     "the argument", _weights("T")),
+    ("the scores are not divided by sqrt(d_k) before the softmax", _weights("no scale")),
+    ("the scores are divided by d_k itself: divide them by sqrt(d_k) (d_k ** 0.5)", _weights("d_k")),
+    ("the scores are multiplied by sqrt(d_k): divide them by it", _weights("times")),
+    (COLUMNS, _weights("dim 0")),
+    (COLUMNS, _weights("dim -2")),
+    ("the -inf fills the entries on and below the diagonal (the past and the token itself) and leaves the future "
+     "open: fill those above it, key j > query i", _weights("past")),
+    (BATCH_T.format(dim=0).replace("attn_weights", "attn_scores"), _weights("T0")),
+)
+
+
+class MistakenCausal(nn.Module):
+    """The answer key's CausalSelfAttention with the usual mistake its class attributes name put in."""
+    keys = "transpose"  # ".T": keys.T, all dimensions reversed
+    mask_kind = "future"  # "future and diagonal", "allowed" (True where a query may look), "past"
+    slice_mask = True
+    tokens_from = 1  # 0: T = x.shape[0], the batch size
+    keep_fill = True
+    scale = "d_out"  # "d_in", "T", "none", "d_k"
+    softmax_dim = -1
+    number_mask = False  # a float mask given to masked_fill (the module's dtype aside)
+
+    def __init__(self, d_in, d_out, context_length, qkv_bias=False):
+        nn.Module.__init__(self)
+        self.d_in = d_in
+        self.W_query, self.W_key, self.W_value = (nn.Linear(d_in, d_out, bias=qkv_bias) for _ in range(3))
+        future = later_keys(context_length)
+        self.register_buffer("mask", {"future and diagonal": ~future.T, "allowed": ~future,
+                                      "past": future.T}.get(self.mask_kind, future))
+
+    def forward(self, x):
+        num_tokens = x.shape[self.tokens_from]
+        if x.shape[1] > self.mask.shape[0]:
+            raise ValueError(f"the input has {x.shape[1]} tokens, more than context_length={self.mask.shape[0]}")
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)
+        scores = queries @ (keys.permute(2, 1, 0) if self.keys == ".T" else keys.transpose(-2, -1))
+        mask = self.mask[:num_tokens, :num_tokens] if self.slice_mask else self.mask
+        mask = mask.float() if self.number_mask else mask
+        masked = scores.masked_fill(mask, float("-inf"))
+        scale = {"d_out": keys.shape[-1], "d_in": self.d_in, "T": x.shape[1], "none": 1, "d_k": keys.shape[-1] ** 2}
+        weights = torch.softmax((masked if self.keep_fill else scores) / scale[self.scale] ** 0.5,
+                                dim=self.softmax_dim)
+        return weights @ values
+
+
+def _module(**changes):
+    return {"CausalSelfAttention": type("MistakenCausal", (MistakenCausal,), changes)}
+
+
+MODULE_MISTAKES = (
+    (NUMBER_MASK, _module(number_mask=True)),
+    ("keys.T reverses all three dimensions of (b, T, d_out): swap only the last two, keys.transpose(-2, -1) (or "
+     "keys.mT), not keys.T", _module(keys=".T")),
+    ("the whole (context_length, context_length) mask is used: slice the mask to the number of tokens of x, "
+     "self.mask[:T, :T] (inputs may be shorter than context_length)", _module(slice_mask=False)),
+    ("T is taken from x.shape[0], the batch size: the number of tokens is x.shape[1], and the mask is cut to it, "
+     "self.mask[:T, :T]", _module(tokens_from=0)),
+    ("the result of masked_fill is not used: masked_fill returns a new tensor, so keep the result of masked_fill "
+     "(attn_scores = attn_scores.masked_fill(...)) or use masked_fill_", _module(keep_fill=False)),
+    ("the scores are divided by sqrt(d_in), the width of the input: divide them by sqrt(d_k), the width of the keys "
+     "(keys.shape[-1], which is d_out)", _module(scale="d_in")),
+    ("the scores are divided by sqrt(T), the number of tokens: divide them by sqrt(d_k), the width of the keys "
+     "(keys.shape[-1])", _module(scale="T")),
+    ("the scores are not divided by sqrt(d_k) (keys.shape[-1]) before the softmax", _module(scale="none")),
+    ("the scores are divided by d_k itself: divide them by sqrt(d_k) (keys.shape[-1] ** 0.5)", _module(scale="d_k")),
+    ("the softmax runs over the queries (dim=1 or dim=-2 of the (b, T, T) scores), so the columns sum to 1: run it "
+     "over the keys, dim=-1", _module(softmax_dim=-2)),
+    ("the softmax runs over the batch (dim=0): run it over the keys, dim=-1", _module(softmax_dim=0)),
+    ("the mask blocks the diagonal too, which hides each token from itself (the first token then sees nothing): "
+     "block only the entries ABOVE the diagonal, key j > query i", _module(mask_kind="future and diagonal")),
+    ("the mask blocks the entries on and below the diagonal, the lower triangle torch.tril(ones) gives, which are "
+     "those a query may look at: a tril mask marks what is allowed (fill where it is 0), while this step's mask is "
+     "True ABOVE the diagonal, where blocked", _module(mask_kind="allowed")),
+    ("the mask blocks the entries below the diagonal, the past: block those ABOVE the diagonal, key j > query i",
+     _module(mask_kind="past")),
+)
+
+
+def keeps_input_check(what, function, x, *args, hint, input_hint, mistakes, atol=1e-5):
     """function(x, *args) compared with the reference, and x unchanged by the call."""
     p = Program()
     x_ref = p.tensor(x)
     p.record(p.call(G(function), x_ref, *args), "the result", hint, atol=atol, rtol=atol)
     p.record(x_ref, "its input after the call", input_hint, atol=0, rtol=0)
-    return Check(what, p)
+    return matched_records(Check(what, p, mistakes=mistakes))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -32,64 +212,65 @@ def keeps_input_check(what, function, x, *args, hint, input_hint, atol=1e-5):
 
 def causal_mask(inputs):
     p = Program()
-    p.record(p.call(G("causal_mask"), 4), "the result",
-             "a bool tensor, True exactly where the key index is greater than the query index (strictly above the "
-             "diagonal); True below the diagonal blocks the past instead, and True on the diagonal hides each token "
-             "from itself")
+    p.record(p.call(G("causal_mask"), 4), "the result", MASK_VALUES)
     checks = [Check("causal_mask(4)", p)]
     for num_tokens in (1, 2, 5, 9, inputs.randint(3, 17)):
         p = Program()
-        p.record(p.call(G("causal_mask"), num_tokens), "the result",
-                 "a (T, T) bool tensor, True exactly where the key index j is greater than the query index i")
+        p.record(p.call(G("causal_mask"), num_tokens), "the result", MASK_VALUES)
         checks.append(Check(f"causal_mask({num_tokens})", p))
+    for check in checks:
+        check.mistakes = MASK_MISTAKES
+        matched_records(check)
     return checks
 
 
-RENORMALIZED_IN_PLACE = "use masked_fill (returns a new tensor), not masked_fill_ (writes into attn_weights)"
+MASK_VALUES = ("none of the usual mistakes gives this mask: compare it entry by entry with the rule, a (T, T) bool "
+               "tensor True exactly where the key index j is greater than the query index i")
+
+
+RENORMALIZED_IN_PLACE = IN_PLACE_1
+RENORMALIZED_VALUES = ("none of the usual mistakes gives these values: compare row by row with the task, row i keeping "
+                       "its weights on keys 0 to i, each divided by the sum of the kept weights of row i")
 
 
 def renormalized_causal_weights(inputs):
     uniform = torch.full((3, 3), 1 / 3)
-    hint = "work on the last two dimensions: take T from attn_weights.shape[-1] and sum over dim=-1"
+    hint, mistakes = RENORMALIZED_VALUES, AFTER_PART_1 + RENORMALIZED_MISTAKES
     checks = [
         keeps_input_check("renormalized_causal_weights of a uniform (3, 3) row", "renormalized_causal_weights",
-                          uniform, input_hint=RENORMALIZED_IN_PLACE,
-                          hint="zero the entries above the diagonal, then divide each row by its sum (sum(dim=-1, "
-                               "keepdim=True)); masking with -inf after softmax gives -inf and nan"),
+                          uniform, input_hint=RENORMALIZED_IN_PLACE, hint=hint, mistakes=mistakes),
         keeps_input_check("renormalized_causal_weights on a (2, 3, 3) batch", "renormalized_causal_weights",
-                          torch.stack((uniform, uniform)), hint=hint, input_hint=RENORMALIZED_IN_PLACE),
+                          torch.stack((uniform, uniform)), hint=hint, input_hint=RENORMALIZED_IN_PLACE,
+                          mistakes=mistakes),
     ]
     for shape in [(5, 5), (1, 1), (2, 4, 4), (3, 2, 6, 6), (1, 7, 7), (4, 3, 3)]:
         weights = torch.softmax(inputs.randn(*shape, scale=2.0), dim=-1)
         checks.append(keeps_input_check(
             f"renormalized_causal_weights on random {shape} weights", "renormalized_causal_weights", weights,
-            input_hint=RENORMALIZED_IN_PLACE,
-            hint="zero the entries above the diagonal (the future), then divide each row by its own sum; " + hint))
+            input_hint=RENORMALIZED_IN_PLACE, hint=hint, mistakes=mistakes))
     return checks
 
 
-WAY_2_IN_PLACE = "use masked_fill (returns a new tensor), not masked_fill_ (writes into attn_scores)"
+WAY_2_IN_PLACE = IN_PLACE_2
+WEIGHTS_VALUES = ("none of the usual mistakes gives these values: compare row by row with the task, row i a softmax "
+                  "of its scores on keys 0 to i divided by sqrt(d_k), 0 on the later keys")
 
 
 def causal_attention_weights(inputs):
     scores = torch.tensor([[0.0, 50.0, 50.0], [0.0, 0.0, 50.0], [1.0, 2.0, 3.0]])
+    hint, mistakes = WEIGHTS_VALUES, AFTER_PART_1 + WEIGHTS_MISTAKES
     checks = [
         keeps_input_check("causal_attention_weights(attn_scores, d_k=4) on the (3, 3) scores of the example",
-                          "causal_attention_weights", scores, 4, input_hint=WAY_2_IN_PLACE,
-                          hint="row 0 must put all its weight on token 0: fill the future with -inf BEFORE softmax "
-                               "and keep the result of masked_fill; row 2 is softmax([1, 2, 3] / sqrt(4))"),
+                          "causal_attention_weights", scores, 4, input_hint=WAY_2_IN_PLACE, hint=hint,
+                          mistakes=mistakes),
         keeps_input_check("causal_attention_weights on a (2, 3, 3) batch with d_k=4", "causal_attention_weights",
-                          torch.stack((scores, scores)), 4, input_hint=WAY_2_IN_PLACE,
-                          hint="work on the last two dimensions: take T from attn_scores.shape[-1] and softmax over "
-                               "dim=-1"),
+                          torch.stack((scores, scores)), 4, input_hint=WAY_2_IN_PLACE, hint=hint, mistakes=mistakes),
     ]
     for shape, d_k in [((5, 5), 3), ((1, 1), 2), ((2, 4, 4), 16), ((3, 2, 6, 6), 7), ((1, 8, 8), 1),
                        ((2, 5, 5), inputs.randint(2, 40))]:
         checks.append(keeps_input_check(
             f"causal_attention_weights on random {shape} scores with d_k={d_k}", "causal_attention_weights",
-            inputs.randn(*shape, scale=3.0), d_k, input_hint=WAY_2_IN_PLACE,
-            hint="fill the entries above the diagonal with -inf (before softmax, keeping the result of masked_fill), "
-                 "then softmax(scores / sqrt(d_k), dim=-1)"))
+            inputs.randn(*shape, scale=3.0), d_k, input_hint=WAY_2_IN_PLACE, hint=hint, mistakes=mistakes))
     p = Program()
     call = p.call(G("causal_attention_weights"), p.tensor(inputs.randn(2, 5, 5)), 4, trace=0)
     return checks + [own_attention_check("causal_attention_weights on random (2, 5, 5) scores with d_k=4, watched "
@@ -101,13 +282,15 @@ OWN_MASKING = ("this exercise asks you to block the future yourself (the mask, -
                "it)")
 
 
-AGREE = ("both must give the same weights: check that way 1 divides by the row sums, and that way 2 masks before the "
-         "softmax and divides the scores by sqrt(d_k)")
+AGREE = ("both must give the same weights, and none of the usual mistakes gives these values: compare the two ways "
+         "row by row on the example, and each with its own task")
 
 
-WAY_HINTS = ("the two ways agree, but both are wrong alike: way 1 zeroes the entries above the diagonal (the future), "
-             "then divides each row by its sum", "the two ways agree, but both are wrong alike: way 2 fills the entries "
-             "above the diagonal (the future) with -inf before the softmax of the scores / sqrt(d_k)")
+WAY_HINTS = ("the two ways agree, but both are wrong alike: compare way 1 with its task (the weights on keys 0 to i, "
+             "each divided by their sum)", "the two ways agree, but both are wrong alike: compare way 2 with its task "
+             "(a softmax of the scores on keys 0 to i divided by sqrt(d_k), 0 on the later keys)")
+AGREE_MISTAKES = tuple((f"both must give the same weights: {hint}", changes) for hint, changes in
+                       AFTER_PART_1 + RENORMALIZED_MISTAKES + WEIGHTS_MISTAKES)
 
 
 def agree_check(what, scores, d_k):
@@ -131,8 +314,7 @@ def agree_check(what, scores, d_k):
                 return with_hint(f"{what}: way {index + 1} contains nan or inf", AGREE)
         if not torch.allclose(way_1, way_2, atol=1e-5, rtol=1e-5):
             largest = (way_1 - way_2).abs().max().item()
-            return with_hint(f"{what}: way 1 (mask after softmax, renormalise) and way 2 (-inf before softmax) "
-                             f"differ (largest difference {largest:.3g})", AGREE)
+            return with_hint(f"{what}: way 1 and way 2 differ (largest difference {largest:.3g})", AGREE)
         if not torch.allclose(way_2.sum(dim=-1), torch.ones(way_2.shape[:-1], dtype=way_2.dtype), atol=1e-4):
             return with_hint(f"{what}: the rows of way 2 do not sum to 1", "every row of the weights must sum to 1")
         for index, hint in enumerate(WAY_HINTS):  # two ways wrong alike (no mask at all) agree: each against the key
@@ -141,7 +323,7 @@ def agree_check(what, scores, d_k):
                 return with_hint(problem, hint)
         return None
 
-    return Check(what, p, judge=judge)
+    return matched_records(Check(what, p, judge=judge, mistakes=AGREE_MISTAKES))
 
 
 def two_ways_agree(inputs):
@@ -159,15 +341,16 @@ def two_ways_agree(inputs):
 
 CSA_HINTS = dict(
     parameters_hint="create self.W_query, self.W_key and self.W_value with nn.Linear(d_in, d_out, bias=qkv_bias)",
-    runs_hint="use only x and the module's attributes, never a notebook variable: build the mask for context_length "
-              "tokens, take T = x.shape[1] and slice the mask to it: self.mask[:T, :T]; swap only the last two "
-              "dimensions of the keys: keys.transpose(-2, -1), not keys.T on a 3-D tensor",
-    value_hint="queries @ keys.transpose(-2, -1), the entries ABOVE the diagonal set to -inf, softmax of the scores / "
-               "sqrt(d_k) with d_k = keys.shape[-1], then @ values; use only x and the module's attributes",
+    runs_hint="none of the usual mistakes raises this: compare the sizes the message names with where the line above "
+              "says they come from; every size in forward must come from x and the module's attributes, not a "
+              "notebook variable, and the mask is built for context_length tokens and cut to the T of x, "
+              "self.mask[:T, :T]",
+    value_hint="none of the usual mistakes gives these values: compare each step with the task on a small input "
+               "(scores, the future set to -inf, the scale, a softmax over the keys, @ values); every number must "
+               "come from x and the module's attributes",
     again_hint="forward must give the same output for the same input",
-    causal_hint="the first token must put all its weight on itself and earlier tokens must not see later ones: hide "
-                "the entries ABOVE the diagonal with -inf before softmax, and keep the result of masked_fill (or use "
-                "masked_fill_)")
+    causal_hint="earlier tokens see later ones, and none of the usual mistakes gives these values: the masked scores "
+                "must be what goes into the softmax, True in the mask where key j > query i")
 
 
 def qkv_state(inputs, d_in, d_out, bias):
@@ -191,7 +374,8 @@ def module_check(what, args, state, x, **kwargs):
     check = forward_check(what, "CausalSelfAttention", args, state, x, **kwargs, **CSA_HINTS)
     judge = check.judge
     check.judge = lambda got, want: judge(layers_only(got), want)
-    return check
+    check.mistakes = MODULE_MISTAKES
+    return matched_records(check)
 
 
 def layers_check(what, args, kwargs=None):
@@ -226,8 +410,9 @@ def causal_self_attention(inputs):
         module_check(f"{built} on the first 4 tokens of the batch, (2, 4, 3)", (3, 2, 6), state,
                      BATCH[:, :4].contiguous()),
     ]
+    # no d_in or T of 2, the notebook's d_k: a forward that reads it is not told it divides by sqrt(d_in) or sqrt(T)
     for b, t, d_in, d_out, context, bias in [(2, 5, 4, 3, 7, False), (1, 1, 3, 2, 4, True), (3, 6, 5, 4, 6, True),
-                                             (2, 3, 2, 5, 9, False), (4, 7, 3, 6, 8, True)]:
+                                             (2, 3, 4, 5, 9, False), (4, 7, 3, 6, 8, True)]:
         built = f"CausalSelfAttention({d_in}, {d_out}, {context}, qkv_bias={bias})"
         x = inputs.randn(b, t, d_in)
         cut = t // 2 if t > 1 else None
@@ -304,7 +489,7 @@ INVERTED = ("True means blocked (this step's convention); a mask that is True wh
             "opposite")
 
 
-def mask_judge(what, expected_of, mistakes, shape_hint, input_kept=False):
+def mask_judge(what, expected_of, mistakes, shape_hint, rule, input_kept=False):
     """A judge for a bool mask: its shape, dtype and entries against the reference, the likely mistake found by
     comparing the student's entries with each wrong mask of `mistakes` ((mask, hint) pairs, built here)."""
 
@@ -323,8 +508,8 @@ def mask_judge(what, expected_of, mistakes, shape_hint, input_kept=False):
             problem = f"{what} has the wrong entries ({int((actual != expected).sum())} differ)"
             for wrong, hint in [(~expected, INVERTED)] + mistakes:
                 if torch.equal(actual, wrong.expand_as(actual)):
-                    return with_hint(problem, hint)
-            return problem
+                    return NamedMistake(with_hint(problem, hint))
+            return with_hint(problem, f"none of the usual mistakes gives this mask: {rule}")
         if input_kept:
             return with_hint(compare(got[1], want[1], f"{what}: document_ids after the call", EXACT),
                              "it changed document_ids: use out-of-place operations")
@@ -333,9 +518,15 @@ def mask_judge(what, expected_of, mistakes, shape_hint, input_kept=False):
     return judge
 
 
-def later_keys(num_tokens):
-    index = torch.arange(num_tokens)
-    return index[None, :] > index[:, None]
+PACKED_FRONT = ("the two copies of the ids get their new axes at the front (dims 0 and 1), which compares along the "
+                "first dimension and fits a single row only: compare the ids along the last dimension only, "
+                "document_ids.unsqueeze(-1) != document_ids.unsqueeze(-2), so that leading batch dimensions are kept")
+
+
+def _packed_front(document_ids):
+    if not isinstance(document_ids, torch.Tensor) or document_ids.dim() == 0 or document_ids.is_floating_point():
+        raise ValueError("document_ids must be an integer tensor of shape (..., T)")
+    return (document_ids[:, None] != document_ids[None, :]) | later_keys(document_ids.shape[-1])
 
 
 def packed_check(ids):
@@ -352,15 +543,20 @@ def packed_check(ids):
                 "as well as the other documents"),
         (later.expand_as(other), "the tokens of other documents must be blocked too: compare the document id of the "
                                  "query with that of the key"),
-        (later & other, "a key is blocked when it comes after the query OR belongs to another document (|, not &)"),
+        (later & other, "a key is blocked when it comes after the query OR belongs to another document: the two "
+                        "conditions are joined with & (and), which blocks only keys that are both; join them with | "
+                        "(or)"),
         (earlier | other, "the future is the keys AFTER the query (key index j > query index i); this blocks the "
                           "past"),
         (later | ~other, "block the keys of OTHER documents (ids that differ), not those of the query's own"),
     ]
     judge = mask_judge(what, lambda: later | other, mistakes,
                        "the mask is (..., T, T): keep the leading dimensions of document_ids and compare the ids "
-                       "along the last dimension only (one copy as a column, one as a row)", input_kept=True)
-    return Check(what, p, judge=judge)
+                       "along the last dimension only (one copy as a column, one as a row)",
+                       "compare it entry by entry with the rule, True where key j > query i or the two ids differ",
+                       input_kept=True)
+    front = ((PACKED_FRONT, {"packed_causal_mask": _packed_front}),)
+    return matched_records(Check(what, p, judge=judge, mistakes=front))
 
 
 def random_documents(inputs, shape):
@@ -408,7 +604,8 @@ def window_check(num_tokens, window):
                                                  "past"),
     ]
     judge = mask_judge(what, lambda: (distance < 0) | (distance >= window), mistakes,
-                       "one row per query and one column per key: (num_tokens, num_tokens)")
+                       "one row per query and one column per key: (num_tokens, num_tokens)",
+                       "compare it entry by entry with the rule, True where key j > query i or j <= i - window")
     return Check(what, p, judge=judge)
 
 

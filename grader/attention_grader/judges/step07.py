@@ -12,12 +12,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from attention_course import data
-from attention_grader.judging import (G, Check, Expect, NamedMistake, Program, call_check, compare, default_judge,
-                                     expect_value_error)
-from attention_grader.judges.common import (CLASS, attention_state, built_like_check, dropout_check, forward_check,
-                                            linear_state, mask_buffer_check, returns_check, with_later_tokens_changed)
-# step 11 (in progress) imports these from here; new judges import them from common.py
-from attention_grader.judges.common import ANY_VALUES, first_raised, tensor_of, with_hint  # noqa: F401
+from attention_grader.judging import G, Check, NamedMistake, Program, call_check, expect_value_error
+from attention_grader.judges.common import (CLASS, attention_state, built_like_check, dropout_check, first_raised,
+                                            forward_check, linear_state, mask_buffer_check, matched_records,
+                                            returns_check, with_later_tokens_changed)
 
 BATCH = torch.stack((data.journey_in_pairs(), data.journey_in_pairs()))  # (2, 3, 6)
 
@@ -219,40 +217,6 @@ def module_mistakes(name, kinds, **base):
     """Check.mistakes for the module class `name`: each mistake of MODULE_MISTAKES[kind] on top of `base`."""
     return tuple((hint, {name: mistaken(**base, **changes)}) for kind in kinds
                  for hint, changes in MODULE_MISTAKES[kind])
-
-
-def matched_records(check):
-    """`check`, whose judge first asks whether the student's records are the ones it is compared with, record by
-    record: so a mistake run in the answer key is named even where the judge would stop at a symptom of the records
-    alone (a later token that changes an earlier output), and a mistake that raises is named where the student's
-    code raises alike (at the same record, the same exception, a message with the same words and sizes: a view and a
-    reshape, or masked_fill and masked_fill_, word it differently)."""
-    judge = check.judge or (lambda got, want: default_judge(check, got, want))
-
-    def words(record):
-        text = re.sub(r"tensor [ab] ", "tensor ", str(record["message"]))
-        return record["raised"], re.sub(r"\d+", "#", text), sorted(re.findall(r"\d+", text))
-
-    def same(got, want):
-        if len(got) != len(want):
-            return False
-        for g, w, expect in zip(got, want, check.program.expects):
-            if "raised" in w or "raised" in g:
-                if not ("raised" in w and "raised" in g and words(g) == words(w)):
-                    return False
-            elif compare(g, w, expect.label, Expect("", atol=1e-5, rtol=1e-4)):
-                return False
-        return True
-
-    def judged(got, want):
-        if same(got, want):
-            return None
-        if first_raised(want):  # a mistake that raises: the student's code did not raise alike
-            return f"{check.what}: raised differently"
-        return judge(got, want)
-
-    check.judge = judged
-    return check
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -14,9 +14,9 @@ from attention_course import data
 from attention_grader.judging import (G, Check, Expect, NamedMistake, Program, call_check, compare, default_judge,
                                      expect_value_error, raised_message, require_call)
 from attention_grader.judges.common import (ANY_VALUES, CLASS, attention_state, built_like_check, dropout_check,
-                                            first_raised, forward_check, linear_state, returns_check, tensor_of,
-                                            with_hint, with_later_tokens_changed)
-from attention_grader.judges.step07 import mistaken, module_mistakes, matched_records
+                                            first_raised, forward_check, linear_state, matched_records, returns_check,
+                                            tensor_of, with_hint, with_later_tokens_changed)
+from attention_grader.judges.step07 import mistaken, module_mistakes
 
 BATCH = data.journey_batch()  # (2, 6, 3)
 CONFIGS = [(5, 6, 3, 9, 7, 2, False), (4, 8, 2, 5, 5, 3, True), (7, 4, 4, 12, 1, 1, False), (3, 10, 5, 8, 6, 2, True)]

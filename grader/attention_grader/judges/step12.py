@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from attention_grader.judging import (G, Check, Program, _kind, compare, default_judge, expect_value_error, generator,
                                       raised_message)
 from attention_grader.judges.common import (attention_state, first_raised, linear_state, random_chunks, tensor_of,
-                                            with_hint, with_other_hint)
+                                            with_other_hint)
 
 MHA_PARAMETERS = ("W_query, W_key, W_value = nn.Linear(d_in, d_out, bias=qkv_bias), out_proj = nn.Linear(d_out, "
                   "d_out), as in steps 07 and 09")
