@@ -9,6 +9,9 @@ Every operation PyTorch runs inside the block passes through `__torch_dispatch__
 and forgets it when its last tensor is freed. Views of a tensor created before the block (a transpose, a slice)
 cost nothing, as they cost no memory.
 """
+import _thread
+import sys
+import threading
 import weakref
 
 import torch
@@ -18,8 +21,48 @@ import torch._dynamo  # noqa: F401
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+# A dispatch mode sees the operations of its own thread only: while one watches, a thread or a process started to
+# compute out of its sight is refused (processes through an audit hook; threads where Python starts them).
+_STARTS = {"os.fork", "os.forkpty", "os.posix_spawn", "os.posix_spawnp", "os.spawn", "os.exec", "os.system",
+           "subprocess.Popen"}
+_OUT_OF_SIGHT = ("while its operations are watched, the call started {}: compute everything in the calling thread, "
+                 "where the grader sees what runs")
+_watches = []  # the watches open now, innermost last
+_start_new_thread = _thread.start_new_thread
 
-class PeakMemory(TorchDispatchMode):
+
+refusals = [0]  # how many starts were refused: a probe that may catch a call's error never catches these
+
+
+def _refuse_processes(event, args):
+    if _watches and event in _STARTS:
+        refusals[0] += 1
+        raise RuntimeError(_OUT_OF_SIGHT.format(f"a process ({event})"))
+
+
+def _refuse_thread(*args, **kwargs):
+    refusals[0] += 1
+    raise RuntimeError(_OUT_OF_SIGHT.format("a thread"))
+
+
+sys.addaudithook(_refuse_processes)
+
+
+class _InThisThread(TorchDispatchMode):
+    def __enter__(self):
+        if not _watches:
+            _thread.start_new_thread = threading._start_new_thread = _refuse_thread
+        _watches.append(self)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        _watches.remove(self)
+        if not _watches:
+            _thread.start_new_thread = threading._start_new_thread = _start_new_thread
+        return super().__exit__(*exc)
+
+
+class PeakMemory(_InThisThread):
     def __init__(self):
         super().__init__()
         self.live = {}  # storage address -> [bytes, number of live tensors using it]
@@ -60,7 +103,7 @@ class PeakMemory(TorchDispatchMode):
             del self.live[address]
 
 
-class OpTrace(TorchDispatchMode):
+class OpTrace(_InThisThread):
     """The operations a piece of code dispatches, in order, and the elements of one watched tensor each one reads.
 
         with OpTrace(x) as trace:

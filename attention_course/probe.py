@@ -36,7 +36,7 @@ import torch
 import contextlib
 
 from attention_course.checks import size_origins
-from attention_course.memory import OpTrace, PeakMemory
+from attention_course.memory import OpTrace, PeakMemory, refusals
 
 RECORDS_MIME = "application/vnd.attention-course.records+json"
 BEGIN_MIME = "application/vnd.attention-course.begin+json"
@@ -235,6 +235,7 @@ class Interpreter:
         if trace is not None and not (isinstance(trace, int) and 0 <= trace < len(args)
                                       and isinstance(args[trace], torch.Tensor)):
             raise PlanError("trace names a tensor argument by its position")
+        refused = refusals[0]
         with contextlib.ExitStack() as stack:
             memory = stack.enter_context(PeakMemory()) if op.get("measure") else None
             traced = stack.enter_context(OpTrace(args[trace])) if trace is not None else None
@@ -249,7 +250,7 @@ class Interpreter:
                         error.size_origins = size_origins(error, function, args, kwargs)
                     except Exception:
                         pass
-                if not op.get("catch"):
+                if not op.get("catch") or refusals[0] > refused:  # computing out of sight is never forgiven
                     raise
                 result, caught = None, _raised(error)
         if memory is not None:

@@ -91,6 +91,33 @@ def test_packed_documents_drawn_for_step_04_are_consecutive_as_the_task_promises
             assert len(runs) == len(set(runs)), (seed, row)
 
 
+@pytest.mark.parametrize("start", ["thread", "pool", "process"])
+def test_a_watched_call_cannot_compute_out_of_sight_in_a_thread_or_a_process(start):
+    """A dispatch mode sees its own thread only: softmax run in a thread would pass a trace that refuses softmax."""
+    import concurrent.futures
+    import subprocess
+    import threading
+    from attention_course.memory import OpTrace, PeakMemory
+    x = torch.randn(4, 4)
+
+    def elsewhere():
+        if start == "thread":
+            box = []
+            worker = threading.Thread(target=lambda: box.append(torch.softmax(x, -1)))
+            worker.start()
+            worker.join()
+            return box[0]
+        if start == "pool":
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                return pool.submit(torch.softmax, x, -1).result()
+        subprocess.run(["true"], check=True)
+
+    for watch in (OpTrace(x), PeakMemory()):
+        with pytest.raises(RuntimeError, match="calling thread"), watch:
+            elsewhere()
+    assert torch.equal(torch.softmax(x, -1), torch.softmax(x, -1)) and (start == "process" or elsewhere() is not None)
+
+
 def test_hidden_inputs_differ_between_students_and_repeat_on_a_regrade():
     secret = b"instructor secret"
     plans = {student: judging.probe_source("test_softmax_stable", judging.plan_cell(

@@ -43,7 +43,7 @@ LIKELY = {
         "with SGD(lr=1) the weights move by the gradient itself: the slices' gradients must add up to the whole "
         "batch's, with one step"),
     "accumulation-clipped-1": "clip the whole batch's gradients, once",
-    "accumulation-clipped-2": "clip once, after every slice has added its gradients",
+    "accumulation-clipped-2": "the clipping saw the gradient of part of the batch: the norm to clip is the whole batch's",
     "block-norms": (
         "this is a post-LayerNorm block (norm after the residual add, as in the 2017 Transformer); GPT-2 and this"
         " course normalise inside each branch, before attention and before the MLP"),

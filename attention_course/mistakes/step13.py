@@ -7,10 +7,11 @@ LIKELY = {
                      "may be shorter than block_k"),
     "flash-saved": "save L (b, H, T), not the weights: the backward recomputes each tile's weights from it",
     "flash-saved-lse": "save the log-sum-exp L = m + log(l), one number per query, with ctx.save_for_backward",
-    "flash-gradients": ("each tile's weights are exp(s - L) for the tile's scores s, masked like the forward; D = "
-                        "rowsum(dO * O) once per query, then dS = P * (dP - D) tile by tile"),
-    "lse-gradients": ("d_lse reaches S through L = logsumexp(S), whose gradient with respect to S is P: each row of dS "
-                      "gains P * d_lse"),
+    "flash-gradients": ("a tile's weights must be the forward's own weights, rebuilt from the saved L and masked as the "
+                        "forward masked them, not weights normalised within the tile; and the term of softmax's "
+                        "backward that sums over a whole row of keys must come from the whole row, not from one tile"),
+    "lse-gradients": ("d_lse reaches the scores too: L depends on every score of its row, so work out the derivative of "
+                      "L with respect to one score and add what d_lse sends through it to dS"),
     "triton-output": ("a key past T, or after its query when causal, must get score -inf; when the maximum grows, "
                       "multiply the sum and the output kept so far by exp(m_old - m_new); divide by the sum at the "
                       "end"),

@@ -951,3 +951,14 @@ VARIANTS.update({
 PROOF = {"test_merge_attention": {"lesson": ["merge_lesson_running_update"],
                                   "shortcut": ["merge_library_softmax_shares"],
                                   "correct": ["merge_logaddexp", "merge_sigmoid"]}}
+
+
+# A decoy loop over the blocks, and the library's softmax and attention run in a thread, where the trace and the
+# memory meter do not see them: a watched call may start none (attention_course/memory.py)
+VARIANTS["library_in_a_thread_behind_a_decoy_loop"] = {
+    "kind": "cheat",
+    "cells": {"online_softmax": 'import threading\ndef _off_thread(f):\n    box = {}\n    t = threading.Thread(target=lambda: box.setdefault("r", f())); t.start(); t.join()\n    return box["r"]\n\ndef online_softmax(x, block_size):\n    for start in range(0, x.shape[-1], block_size):\n        torch.exp(x[..., start:start + block_size])   # looks like a pass over blocks\n    return _off_thread(lambda: torch.softmax(x, dim=-1))\n',
+              "tiled_attention": 'import threading\ndef _off_thread(f):\n    box = {}\n    t = threading.Thread(target=lambda: box.setdefault("r", f())); t.start(); t.join()\n    return box["r"]\n\ndef tiled_attention(queries, keys, values, block_size, causal=False):\n    if block_size < 1:\n        raise ValueError(f"block_size must be at least 1, got {block_size}")\n    for start in range(0, keys.shape[-2], block_size):\n        torch.exp(queries @ keys[..., start:start + block_size, :].transpose(-2, -1)) @ values[..., start:start + block_size, :]\n    return _off_thread(lambda: F.scaled_dot_product_attention(queries, keys, values, is_causal=causal))\n'},
+    "fails": {cell: "started a thread" for cell in ("test_online_softmax", "test_tiled_attention",
+                                                  "test_tiled_attention_causal", "test_tiled_attention_memory")},
+}

@@ -577,6 +577,22 @@ VARIANTS["pad_one_sequence_at_a_time"] = {
     "fails": {"test_gqa_padding": "one at a time"},
 }
 
+# The SDPA shortcut run in a thread, out of the dispatch mode's sight: a watched call may start none
+VARIANTS["pad_through_sdpa_in_a_thread"] = {
+    "kind": "cheat",
+    "cells": {"grouped_query_attention": (
+        "import threading\n\n"
+        "def _sdpa(*args, **kwargs):\n"
+        "    box = []\n"
+        "    worker = threading.Thread(target=lambda: box.append(F.scaled_dot_product_attention(*args, **kwargs)))\n"
+        "    worker.start()\n"
+        "    worker.join()\n"
+        "    return box[0]\n\n"
+        + VARIANTS["pad_through_sdpa"]["cells"]["grouped_query_attention"].replace(
+            "F.scaled_dot_product_attention(", "_sdpa("))},
+    "fails": {"test_gqa_padding": "started a thread"},
+}
+
 # Part 4 is the transfer part: the lesson's way out (a fully blocked row's output replaced afterwards) and the SDPA
 # shortcut fail it; a large negative fill with a filler seeing nothing, and a filler seeing itself, both pass
 PROOF = {"test_gqa_padding": {"lesson": ["pad_nan_rows_replaced_after"], "shortcut": ["pad_through_sdpa"],

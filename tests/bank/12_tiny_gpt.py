@@ -644,6 +644,21 @@ VARIANTS = {
     },
 }
 
+# One backward over the summed slice losses, run in a thread where the memory meter does not see it
+VARIANTS["accumulation_one_backward_in_a_thread"] = {
+    "kind": "cheat",
+    "cells": {"train_step": VARIANTS["accumulation_one_backward_over_the_sum"]["cells"]["train_step"].replace(
+        "def train_step(", "def _train_step(") + (
+        "\n\nimport threading\n\n"
+        "def train_step(*args, **kwargs):\n"
+        "    box = {}\n"
+        "    worker = threading.Thread(target=lambda: box.update(loss=_train_step(*args, **kwargs)))\n"
+        "    worker.start()\n"
+        "    worker.join()\n"
+        "    return box['loss']\n")},
+    "fails": {"test_train_step_accumulation": "started a thread", "test_train_step_accumulation_clipped": "started a thread"},
+}
+
 # For each transfer part: the lesson's code adapted mechanically and the shortcut (both fail it), and two correct
 # solutions in other styles (full points).
 PROOF = {cell: {"lesson": ["accumulation_ignores_micro_batch_size"],

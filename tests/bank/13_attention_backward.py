@@ -431,20 +431,20 @@ VARIANTS = {
     "flash_backward_without_subtracting_l": {
         "kind": "mistake",
         "cells": {"FlashAttention": _edit(_FLASH, ("p = torch.exp(s - lse[..., i:i + block_q, None])", "p = torch.exp(s)"))},
-        "fails": {"test_flash_attention_backward": "exp(s - L)"},
+        "fails": {"test_flash_attention_backward": "rebuilt from the saved L"},
     },
     "flash_backward_causal_mask_missing": {
         "kind": "mistake",
         "cells": {"FlashAttention": _edit(_FLASH, ("            for i in range(0, q.shape[-2], block_q):",
                                                    "            for i in range(0, q.shape[-2], block_q):\n"
                                                    "                causal = False"))},
-        "fails": {"test_flash_attention_backward": "masked like the forward"},
+        "fails": {"test_flash_attention_backward": "masked as the forward masked them"},
     },
     "flash_skips_the_last_tile": {
         "kind": "mistake",
         "cells": {"FlashAttention": _edit(_FLASH, ("for j in range(0, t_k, block_k):",
                                                    "for j in range(0, t_k - block_k + 1, block_k):"))},
-        "fails": {"test_flash_attention_forward": "may be shorter", "test_flash_attention_backward": "exp(s - L)"},
+        "fails": {"test_flash_attention_forward": "may be shorter", "test_flash_attention_backward": "rebuilt from the saved L"},
     },
     "flash_accumulates_in_bfloat16": {
         "kind": "mistake",
@@ -468,7 +468,7 @@ VARIANTS = {
     "lse_gradient_subtracted": {
         "kind": "mistake",
         "cells": {"attention_lse_backward": _edit(_LSE, (" + d_lse[..., None])", " - d_lse[..., None])"))},
-        "fails": {"test_attention_lse_backward": "whose gradient with respect to S is P"},
+        "fails": {"test_attention_lse_backward": "add what d_lse sends through it"},
     },
     "triton_strides_exp2_no_dot": {
         "kind": "correct",
@@ -570,6 +570,18 @@ VARIANTS = {
         "cells": {"flash_attention_forward_triton": _TRITON_EMPTY_KERNEL},
         "fails": {"test_flash_attention_forward_triton": "on k's elements"},
     },
+}
+
+# Autograd and the whole matrix run in a thread: a dispatch mode sees its own thread only, so a watched call may start
+# none (attention_course/memory.py)
+VARIANTS["thread_autograd"] = {
+    "kind": "cheat",
+    "cells": {"attention_backward": 'import threading\ndef _off_thread(f):\n    box = {}\n    t = threading.Thread(target=lambda: box.setdefault("r", f())); t.start(); t.join()\n    return box["r"]\n\ndef attention_backward(q, k, v, d_out, scale=None, causal=False):\n    check_qkv(q, k, v)\n    if d_out.shape != q.shape[:-1] + v.shape[-1:]:\n        raise ValueError(f"d_out must have shape {tuple(q.shape)}, got {tuple(d_out.shape)}")\n    grads = _off_thread(lambda: autograd_reference(q, k, v, d_out, scale, causal))\n    return tuple(g.to(q.dtype) for g in grads)\n',
+              "attention_lse_backward": 'import threading\ndef _off_thread2(f):\n    box = {}\n    t = threading.Thread(target=lambda: box.setdefault("r", f())); t.start(); t.join()\n    return box["r"]\n\ndef attention_lse_backward(q, k, v, d_out, d_lse, scale=None, causal=False):\n    check_qkv(q, k, v)\n    if d_out.shape != q.shape[:-1] + v.shape[-1:]:\n        raise ValueError(f"d_out must have shape {tuple(q.shape)}, got {tuple(d_out.shape)}")\n    if d_lse.shape != q.shape[:-1]:\n        raise ValueError(f"d_lse must have shape {tuple(q.shape[:-1])}, got {tuple(d_lse.shape)}")\n    def work():\n        ls = [x.detach().double().requires_grad_() for x in (q, k, v)]\n        m = q.shape[-1] ** -0.5 if scale is None else scale\n        s = ls[0] @ ls[1].transpose(-2, -1) * m\n        if causal:\n            tq, tk = q.shape[-2], k.shape[-2]\n            s = s.masked_fill(torch.ones(tq, tk, dtype=torch.bool).triu(1 + tk - tq), float("-inf"))\n        return torch.autograd.grad((torch.softmax(s, -1) @ ls[2], torch.logsumexp(s, -1)), ls, (d_out.double(), d_lse.double()))\n    return tuple(g.to(q.dtype) for g in _off_thread2(work))\n',
+              "FlashAttention": 'import threading\ndef _off_thread3(f):\n    box = {}\n    t = threading.Thread(target=lambda: box.setdefault("r", f())); t.start(); t.join()\n    return box["r"]\n\nclass FlashAttention(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, q, k, v, causal=False, block_q=64, block_k=64):\n        def work():\n            m = q.shape[-1] ** -0.5\n            s = q.double() @ k.double().transpose(-2, -1) * m\n            if causal:\n                tq, tk = q.shape[-2], k.shape[-2]\n                s = s.masked_fill(torch.ones(tq, tk, dtype=torch.bool).triu(1 + tk - tq), float("-inf"))\n            return (torch.softmax(s, -1) @ v.double()).to(q.dtype), torch.logsumexp(s, -1).float()\n        out, lse = _off_thread3(work)\n        ctx.save_for_backward(q, k, v, out, lse)\n        ctx.causal = causal\n        return out\n\n    @staticmethod\n    def backward(ctx, d_out):\n        q, k, v, out, lse = ctx.saved_tensors\n        grads = _off_thread3(lambda: autograd_reference(q, k, v, d_out, None, ctx.causal))\n        return tuple(g.to(q.dtype) for g in grads) + (None, None, None)\n'},
+    "fails": {cell: "started a thread" for cell in ("test_attention_backward", "test_attention_backward_causal",
+                                                  "test_flash_attention_forward", "test_flash_attention_backward",
+                                                  "test_attention_lse_backward")},
 }
 
 # For each transfer part: the lesson's code adapted mechanically and the library or autograd shortcut (both fail it),

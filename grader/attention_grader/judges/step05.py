@@ -109,6 +109,9 @@ def own_draws_check(what, function, x, rate, seed):
     p.call(G(function), p.tensor(x), rate, generator=generator(seed), trace=0, catch=True)
 
     def judge(got, _want):
+        if len(got) < 2:
+            found = first_raised(got)
+            return raised_message(what, found[1]) if found else f"{what}: its operations were not recorded"
         trace, caught = (record if isinstance(record, dict) else {} for record in got[:2])
         if caught.get("caught") is not None:
             return None  # it raises anyway: the other checks say why

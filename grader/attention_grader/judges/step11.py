@@ -581,19 +581,24 @@ OWN_MASKING = ("with a padding_mask, compute the scores, the masking and the wei
                "this part's point")
 
 
-def own_masking_check(inputs, d_in, d_out, heads, kv_heads, num_tokens, b):
-    """The forward pass on a left-padded batch (one sequence all padding), its operations recorded in the kernel: no
-    library attention kernel among them (a teaching check: a student who replaces the probe could forge the trace)."""
-    cls = "GroupedQueryAttention"
+def padded_module(inputs, d_in, d_out, heads, kv_heads, num_tokens, b):
+    """A program holding a GroupedQueryAttention with random weights in eval mode, and a random left-padded batch."""
     state = gqa_state(inputs, d_in, d_out, kv_heads * (d_out // heads), False)
     x = inputs.randn(b, num_tokens, d_in)
     pad = padded_lengths(inputs, b, num_tokens, "left")
-    what = (f"{cls}({d_in}, {d_out}, {num_tokens}, 0.0, {heads}, {kv_heads}) on a random left-padded batch "
-            f"{tuple(x.shape)} with padding_mask, watched operation by operation")
     p = Program()
-    module = p.call(G(cls), d_in, d_out, num_tokens, 0.0, heads, kv_heads)
+    module = p.call(G("GroupedQueryAttention"), d_in, d_out, num_tokens, 0.0, heads, kv_heads)
     p.load(module, state, hint=PARAMETERS)
     p.call(module.attr("eval"))
+    return p, module, x, pad
+
+
+def own_masking_check(inputs, d_in, d_out, heads, kv_heads, num_tokens, b):
+    """The forward pass on a left-padded batch (one sequence all padding), its operations recorded in the kernel: no
+    library attention kernel among them (a teaching check: a student who replaces the probe could forge the trace)."""
+    p, module, x, pad = padded_module(inputs, d_in, d_out, heads, kv_heads, num_tokens, b)
+    what = (f"GroupedQueryAttention({d_in}, {d_out}, {num_tokens}, 0.0, {heads}, {kv_heads}) on a random left-padded "
+            f"batch {tuple(x.shape)} with padding_mask, watched operation by operation")
     p.record(p.call(module, p.tensor(x), padding_mask=p.tensor(pad), trace=0), "the output", PAD_HINT, atol=1e-5,
              rtol=1e-5)
 
@@ -622,16 +627,9 @@ ONE_PASS = ("a padded batch goes through attention in one computation, as an unp
 def one_pass_check(inputs, d_in, d_out, heads, kv_heads, num_tokens):
     """The forward pass on a left-padded batch of 2 sequences, then on the same 2 repeated 3 times: the matrix
     products and softmaxes it runs must not grow with the number of sequences."""
-    cls = "GroupedQueryAttention"
-    state = gqa_state(inputs, d_in, d_out, kv_heads * (d_out // heads), False)
-    x = inputs.randn(2, num_tokens, d_in)
-    pad = padded_lengths(inputs, 2, num_tokens, "left")
-    what = (f"{cls}({d_in}, {d_out}, {num_tokens}, 0.0, {heads}, {kv_heads}) on a left-padded batch of 2 sequences "
-            f"{tuple(x.shape)} and on the same 2 repeated 3 times, its operations counted")
-    p = Program()
-    module = p.call(G(cls), d_in, d_out, num_tokens, 0.0, heads, kv_heads)
-    p.load(module, state, hint=PARAMETERS)
-    p.call(module.attr("eval"))
+    p, module, x, pad = padded_module(inputs, d_in, d_out, heads, kv_heads, num_tokens, 2)
+    what = (f"GroupedQueryAttention({d_in}, {d_out}, {num_tokens}, 0.0, {heads}, {kv_heads}) on a left-padded batch "
+            f"of 2 sequences {tuple(x.shape)} and on the same 2 repeated 3 times, its operations counted")
     for times in (1, 3):
         p.record(p.call(module, p.tensor(x.repeat(times, 1, 1)), padding_mask=p.tensor(pad.repeat(times, 1)),
                         trace=0), f"the output on {2 * times} sequences", PAD_HINT, atol=1e-5, rtol=1e-5)
