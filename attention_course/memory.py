@@ -132,9 +132,11 @@ class OpTrace(_InThisThread):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         result = func(*args, **(kwargs or {}))
-        if len(self.ops) >= self.limit:
-            return result
         name = func.overloadpacket.__name__
+        if len(self.ops) >= self.limit:  # past the limit, each other operation once: a refused one is still seen
+            if name not in self.ops:
+                self.ops.append(name)
+            return result
         self.ops.append(name)
         if name in self.RANDOM and (kwargs or {}).get("generator") is None:
             self.unseeded.append(len(self.ops) - 1)

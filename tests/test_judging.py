@@ -118,6 +118,17 @@ def test_a_watched_call_cannot_compute_out_of_sight_in_a_thread_or_a_process(sta
     assert torch.equal(torch.softmax(x, -1), torch.softmax(x, -1)) and (start == "process" or elsewhere() is not None)
 
 
+def test_a_trace_past_its_limit_still_shows_each_other_operation_once():
+    """4,000 filler operations before a library kernel must not hide the kernel from a rule that refuses it."""
+    from attention_course.memory import OpTrace
+    x = torch.randn(4, 4)
+    with OpTrace(x, limit=50) as trace:
+        for _ in range(100):
+            x.new_zeros(())
+        torch.softmax(x, -1)
+    assert "_softmax" in trace.ops and len(trace.ops) <= 52
+
+
 def test_hidden_inputs_differ_between_students_and_repeat_on_a_regrade():
     secret = b"instructor secret"
     plans = {student: judging.probe_source("test_softmax_stable", judging.plan_cell(

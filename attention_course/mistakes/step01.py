@@ -23,12 +23,11 @@ LIKELY = {'attention_scores_for_query-1': 'return one number per token; multiply
                       '"one"), negative elsewhere, lower the farther apart the two vectors lie',
  'distance_scores-3': 'rows are queries, columns are keys: a (3, 6) result has them the other way round',
  'distance_scores-4': "row 4 holds the query 'one' against the first three tokens: minus the squared distances",
- 'distance_scores-library': 'this part asks for your own computation of the distances, from sums and dot products, '
-                            'not torch.cdist',
- 'distance_scores-largest': 'the differences of every query with every key, T_q * T_k * d numbers, take d times the '
-                            'memory of the scores: expand ||q - k||^2 into terms that each need one vector\'s squared '
-                            'length or one dot product q . k (a matrix product gives every q . k at once), or take '
-                            'one query at a time and let its differences go',
+ 'distance_scores-library': 'this part asks for your own computation of the distances, not a '
+                            'library function that computes them (torch.cdist, F.pdist)',
+ 'distance_scores-largest': 'a tensor as large as the differences of every query with every key (T_q * T_k * d '
+                            'numbers, d times the scores) was made: find a way to each score that never holds the '
+                            'differences of all pairs at once',
  'distance_scores-memory': 'more was alive at once than the scores need: let each intermediate go once it is used (a '
                            'list or a variable that keeps the differences of every query keeps them all alive)',
  'distance_scores-5': 'entry [i, j] is minus the sum over d of (queries[i, :] - keys[j, :]) ** 2',

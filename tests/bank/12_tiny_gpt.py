@@ -652,9 +652,16 @@ VARIANTS["accumulation_one_backward_in_a_thread"] = {
         "\n\nimport threading\n\n"
         "def train_step(*args, **kwargs):\n"
         "    box = {}\n"
-        "    worker = threading.Thread(target=lambda: box.update(loss=_train_step(*args, **kwargs)))\n"
+        "    def work():\n"
+        "        try:\n"
+        "            box['loss'] = _train_step(*args, **kwargs)\n"
+        "        except Exception as error:\n"
+        "            box['error'] = error\n"
+        "    worker = threading.Thread(target=work)\n"
         "    worker.start()\n"
         "    worker.join()\n"
+        "    if 'error' in box:\n"
+        "        raise box['error']\n"
         "    return box['loss']\n")},
     "fails": {"test_train_step_accumulation": "started a thread", "test_train_step_accumulation_clipped": "started a thread"},
 }

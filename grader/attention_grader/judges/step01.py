@@ -63,9 +63,9 @@ def attention_scores_batched(inputs):
 # Part 5: scores by distance
 # ---------------------------------------------------------------------------------------------------------------
 
-LIBRARY_DISTANCE = {"cdist", "_cdist_forward", "_euclidean_dist"}
+LIBRARY_DISTANCE = {"cdist", "_cdist_forward", "_euclidean_dist", "_pdist_forward", "pdist"}
 OWN_DISTANCE = ("this part asks for your own computation of the distances, from sums and dot products, not "
-                "torch.cdist: the grader watches the operations your function runs, whatever name reached them")
+                "torch.cdist or F.pdist: the grader watches the operations your function runs, whatever name reached them")
 DEFINITION = "entry [..., i, j] is minus the sum over d of (queries[..., i, :] - keys[..., j, :]) ** 2"
 NONE_USUAL = "none of the usual mistakes gives these values; " + DEFINITION
 EAGER_ERROR = ("only the last dimensions of queries and keys (the features d) must match: T_q and T_k may differ, and "
