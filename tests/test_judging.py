@@ -115,7 +115,8 @@ def test_a_watched_call_cannot_compute_out_of_sight_in_a_thread_or_a_process(sta
     for watch in (OpTrace(x), PeakMemory()):
         with pytest.raises(RuntimeError, match="calling thread"), watch:
             elsewhere()
-    assert torch.equal(torch.softmax(x, -1), torch.softmax(x, -1)) and (start == "process" or elsewhere() is not None)
+    if start != "process":  # once the watch ends, threads start again
+        assert torch.equal(elsewhere(), torch.softmax(x, -1))
 
 
 def test_a_trace_past_its_limit_still_shows_each_other_operation_once():

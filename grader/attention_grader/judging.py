@@ -318,10 +318,13 @@ def compare(got, want, name, expect):
     return None
 
 
+OUT_OF_SIGHT = "where the grader sees what runs"  # the words of attention_course/memory.py refusing a thread
+
+
 def raised_message(what, record, hint=""):
     if record["raised"] == "NotImplementedError":
         return f"{what}: not written yet (replace the `raise NotImplementedError` line)"
-    if "where the grader sees what runs" in str(record["message"]):  # attention_course/memory.py refused a thread
+    if OUT_OF_SIGHT in str(record["message"]):
         hint = "a thread or a process computes what the grader cannot watch: run everything in the calling thread"
     hint = hint or error_hint(record["message"], str(record["raised"]))
     origins = f"\n  in this call: {str(record['origins'])[:300]}" if record.get("origins") else ""

@@ -6,7 +6,8 @@ import re
 import torch
 
 from attention_course.probe import decode_tensor
-from attention_grader.judging import G, Check, Expect, NamedMistake, Program, compare, default_judge, raised_message
+from attention_grader.judging import (OUT_OF_SIGHT, G, Check, Expect, NamedMistake, Program, compare, default_judge,
+                                      raised_message)
 
 # PyTorch's attention kernels, by the start of their aten names, and its softmax operations: a part that asks for the
 # student's own computation runs none of them, whatever name reached them (judged from the operations traced in the
@@ -25,7 +26,6 @@ def library_ops(ops, refused=()):
 
 
 ANY_VALUES = Expect("", atol=float("inf"))
-OUT_OF_SIGHT = "where the grader sees what runs"  # the words of attention_course/memory.py refusing a thread
 EXACT = Expect("", atol=0, rtol=0)
 INPLACE = "use out-of-place operations on x"
 
