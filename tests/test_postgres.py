@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -59,9 +60,18 @@ def course_with_class(base, path, db_url=None):
     (course_dir / ".grading_secret").write_text("the same secret on every machine\n")
     for step in STEPS:
         variants = harness.bank(step, integrity=False)
-        for index, name in enumerate(sorted(variants)[:8]):
-            harness.submit(course_dir, f"{name}_{index}", step, harness.variant_submission(step, variants[name]))
+        for name in four_per_shard(sorted(variants)):
+            harness.submit(course_dir, name, step, harness.variant_submission(step, variants[name]))
     return course_dir
+
+
+def shard_of(student):
+    return zlib.crc32(student.encode()) % 2 + 1  # as find_submissions shares them out
+
+
+def four_per_shard(names):
+    """Eight students, four in each shard: a test where one shard held every student would prove nothing."""
+    return [name for k in (1, 2) for name in [n for n in names if shard_of(n) == k][:4]]
 
 
 def grades(course_dir):
@@ -81,9 +91,12 @@ def test_two_shards_on_one_postgresql_gradebook_grade_like_one_machine(tmp_path,
                                stderr=subprocess.PIPE, text=True) for k in (1, 2)]
     outputs = [shard.communicate(timeout=900) for shard in shards]
     assert all(shard.returncode == 0 for shard in shards), outputs
+    students = sorted(p.name for p in (shared / "submitted").iterdir())
+    other = next(s for s in students if shard_of(s) == 2)
+    empty = subprocess.run(command + ["--shard", "1/2", "--student", other], cwd=shared, capture_output=True, text=True)
+    assert empty.returncode == 0 and "holds none" in empty.stdout, "a shard with no students is not an error"
     subprocess.run(command + ["--export-only"], cwd=shared, check=True, capture_output=True)
 
-    students = sorted(p.name for p in (shared / "submitted").iterdir())
     graded = [line.split()[0] for out, _ in outputs for line in out.split("Per student:")[1].split("\n\n")[0]
               .strip().splitlines()]
     assert sorted(graded) == students, "every student is graded by exactly one shard"
