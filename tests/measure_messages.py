@@ -26,7 +26,8 @@ def measure(step):
         for cell, words in spec.get("fails", {}).items():
             message = errors.get(cell, "")
             named = words.lower() in message.lower() and "likely mistake" in message
-            blamed = [w for w in spec.get("not_named", ()) if w.lower() in message.lower()]
+            hints = " ".join(part.split("\n")[0] for part in message.split("likely mistake:")[1:]).lower()
+            blamed = [w for w in spec.get("not_named", ()) if w.lower() in hints]  # what the hints say, not the label
             rows.append((name, cell, named, blamed, message))
     return rows
 

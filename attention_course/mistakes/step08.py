@@ -40,7 +40,10 @@ LIKELY = {
     "sdpa_attention-6": (
         "compare each step with step 07's forward above (projections, heads, the arguments of SDPA, merge, "
         "out_proj), printing shapes and a few numbers"),
-    "padded_sdpa_attention-1": "one call for the whole batch: build one attn_mask that fits every sentence",
+    "padded_sdpa_attention-calls-0": (
+        "the attention is computed without F.scaled_dot_product_attention: build the attn_mask and let one SDPA call "
+        "do the rest"),
+    "padded_sdpa_attention-calls-2": "one call for the whole batch: build one attn_mask that fits every sentence",
     "padded_sdpa_attention_left-1": (
         "a row of the mask with no allowed key can give nan: which key may such a query always attend to?"),
     "padded_sdpa_attention_left-2": (

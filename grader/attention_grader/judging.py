@@ -1037,17 +1037,32 @@ def judge_check(check, got, namespace, sources):
         return f"{check.what}: the records of this check are malformed ({type(error).__name__})"
 
 
-def _kernel_error_hint(error):
-    """A hint for an error the test cell stopped with, when its message gives none: a variable of the notebook that a
-    test cell does not have (test cells run on their own, in a throwaway copy of the notebook's process), or what
-    PyTorch's or Python's message most often means here (attention_course.checks.error_hint)."""
+def _undefined_name_hint(text, sources):
+    """Why a name is not defined: the student's cell that defines it did not run through (it does not parse, or it
+    stopped with an error), or the code reads a variable that only another test cell made."""
+    undefined = re.search(r"name '([A-Za-z_][A-Za-z0-9_]*)' is not defined", text)
+    code = StudentCode(sources)
+    for key, (problem, source) in code.unreadable.items():
+        if undefined and re.search(rf"^\s*(?:def|class)\s+{undefined[1]}\b|^{undefined[1]}\s*[:=]", source, re.M):
+            return (f"`{undefined[1]}` is defined in your cell `{key}`, which Python cannot run: {problem}. Fix that "
+                    "cell and run it, then run this test again")
+    if undefined and any(key in sources for key, _ in code.bindings.get(undefined[1], ())):
+        key = next(key for key, _ in code.bindings[undefined[1]] if key in sources)
+        return (f"`{undefined[1]}` is defined in your cell `{key}`, which stopped with an error before it defined "
+                f"`{undefined[1]}` (the error is in that cell's output): fix that cell and run it, then this test")
+    return ("the code reads a variable of the notebook that this test cell does not have (test cells run on "
+            "their own, so names another test cell made are not there): a function should use its own arguments "
+            "and a module the module's attributes, never notebook globals")
+
+
+def _kernel_error_hint(error, sources):
+    """A hint for an error the test cell stopped with, when its message gives none: a name that is not defined
+    (see _undefined_name_hint), or what PyTorch's or Python's message most often means here
+    (attention_course.checks.error_hint)."""
     name, text = str(error.get("ename")), str(error.get("evalue", ""))
     if name == "NameError" or "raised NameError" in text:
         text = text.split("\n  likely mistake: ")[0]
-        hint = ("the code reads a variable of the notebook that this test cell does not have (test cells run on "
-                "their own, so names another test cell made are not there): a function should use its own arguments "
-                "and a module the module's attributes, never notebook globals")
-        return _error(name, f"{text}\n  likely mistake: {hint}")
+        return _error(name, f"{text}\n  likely mistake: {_undefined_name_hint(text, sources)}")
     hint = "" if "likely mistake" in text else error_hint(text, name)
     if not hint:
         return error
@@ -1064,14 +1079,14 @@ def verdict(outputs, cell_id, checks, namespace, sources):
     printed = [o for o in before if o.get("name") != "stderr"]
     warned = [o for o in before if o.get("name") == "stderr"]
     if errors and records is None:
-        return printed + [_kernel_error_hint(e) for e in errors] + warned, []
+        return printed + [_kernel_error_hint(e, sources) for e in errors] + warned, []
     if problem:
         return printed + [_error("RecordError", problem)] + warned, ["bad records"]
     got = dict(zip(map(id, probed), records))
     failures = [m for m in (judge_check(c, got.get(id(c)), namespace, sources) for c in checks) if m]
     if errors:  # the visible tests failed, and the hidden checks ran after them: a mistake they name comes first
         named = [_error("CheckFailed", m) for m in failures if isinstance(m, NamedMistake)][:1]
-        return printed + named + [_kernel_error_hint(e) for e in errors] + warned, []
+        return printed + named + [_kernel_error_hint(e, sources) for e in errors] + warned, []
     if failures:
         shown = next((m for m in failures if isinstance(m, NamedMistake)), failures[0])
         which = "The first:" if shown is failures[0] else "This one names the likely mistake:"

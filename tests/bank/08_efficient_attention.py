@@ -193,6 +193,42 @@ VARIANTS = {
         "fails": {"test_padded_sdpa_attention": "scaled_dot_product_attention",
                   "test_padded_sdpa_attention_left": "scaled_dot_product_attention"},
     },
+    "padded_throwaway_sdpa_call": {  # SDPA called for show, the mask and softmax written out: what runs decides
+        "kind": "cheat",
+        "cells": {"padded_sdpa_attention": _padded_with(
+            "    return F.scaled_dot_product_attention(queries, keys, values, attn_mask=allowed)\n",
+            "    F.scaled_dot_product_attention(queries, keys, values, attn_mask=allowed)\n"
+            "    scores = (queries @ keys.mT / queries.shape[-1] ** 0.5).masked_fill(~allowed, float('-inf'))\n"
+            "    return torch.softmax(scores, dim=-1) @ values\n")},
+        "fails": {"test_padded_sdpa_attention": "besides F.scaled_dot_product_attention",
+                  "test_padded_sdpa_attention_left": "besides F.scaled_dot_product_attention"},
+    },
+    "sdpa_throwaway_call": {
+        "kind": "cheat",
+        "cells": {"sdpa_attention":
+                  "class MultiHeadAttentionSDPA(MultiHeadAttention):\n"
+                  "    def forward(self, x):\n"
+                  "        self.check_length(x)\n"
+                  "        q, k, v = (self.split_heads(layer(x)) for layer in (self.W_query, self.W_key, self.W_value))\n"
+                  "        F.scaled_dot_product_attention(q, k, v, is_causal=True)  # for show\n"
+                  "        t = x.shape[1]\n"
+                  "        future = torch.ones(t, t, dtype=torch.bool).triu(1)\n"
+                  "        scores = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(future, float('-inf'))\n"
+                  "        weights = self.dropout(torch.softmax(scores, dim=-1))\n"
+                  "        return self.out_proj(self.merge_heads(weights @ v))\n"},
+        "fails": {"test_sdpa_attention": "besides F.scaled_dot_product_attention"},
+    },
+    "sdpa_under_another_name": {  # SDPA reached under another name: what runs is judged, not what is spelled
+        "kind": "correct",
+        "cells": {"sdpa_attention":
+                  "class MultiHeadAttentionSDPA(MultiHeadAttention):\n"
+                  "    def forward(self, x):\n"
+                  "        self.check_length(x)\n"
+                  "        q, k, v = (self.split_heads(layer(x)) for layer in (self.W_query, self.W_key, self.W_value))\n"
+                  "        attend = getattr(torch.nn.functional, 'scaled_dot_product_attention')\n"
+                  "        out = attend(q, k, v, dropout_p=self.dropout.p if self.training else 0.0, is_causal=True)\n"
+                  "        return self.out_proj(self.merge_heads(out))\n"},
+    },
     "chunk_where_tril_mask": {
         "kind": "correct",
         "cells": {

@@ -172,7 +172,7 @@ def _retype_tests(nb):
 
 EVERY_ROUTE_ON = ("02_softmax", "07_weight_split_mha")
 ON_EVERY_STEP = ("cheat_rewrites_check_code", "cheat_displays_a_value", "cheat_skips_the_probe",
-                 "cheat_copies_test_cells", "broken_syntax_error")
+                 "cheat_copies_test_cells", "broken_syntax_error", "broken_cell_raises")
 
 
 def variants(step, every_route=None):
@@ -228,7 +228,9 @@ def every_variant(step):
     key = harness.variant_notebook(step, {})
     last_source = next(c.source for c in key.cells if c.metadata.get("nbgrader", {}).get("grade_id") == last)
     broken = {
-        "broken_syntax_error": ("def oops(:\n", {c: "" for c in after}, False),
+        "broken_syntax_error": ("def oops(:\n", {c: "Python cannot run" for c in after}, False),
+        "broken_cell_raises": ("raise RuntimeError('not finished yet')\n", {c: "stopped with an error" for c in after},
+                               False),
         "broken_os_exit": ("import os\nos._exit(3)\n", {c: "" for c in after}, True),
         "broken_infinite_loop": ("def _spin():\n    while True:\n        pass\n_spin()\n", {}, False),
         "broken_unstoppable_loop": ("import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True:\n"
@@ -238,6 +240,7 @@ def every_variant(step):
         "broken_output_flood": ("for _ in range(200_000):\n    print('spam ' * 40)\n", {}, False),
     }
     for name, (code, failing, hole) in broken.items():
-        source = code + last_source if name == "broken_syntax_error" else last_source + "\n" + code
+        before = name in ("broken_syntax_error", "broken_cell_raises")  # the cell never defines its names
+        source = code + last_source if before else last_source + "\n" + code
         result[name] = {"kind": "broken", "cells": {last: source}, "fails": failing, "stock_hole": hole}
     return result

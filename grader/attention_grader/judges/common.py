@@ -18,6 +18,10 @@ SOFTMAX_OPS = frozenset({"_softmax", "_log_softmax", "_safe_softmax", "softmax",
 # What F.scaled_dot_product_attention runs on its math path (under a trace it takes that path): softmaxes that
 # torch.softmax never dispatches.
 ATTENTION_SOFTMAX = frozenset({"_safe_softmax", "_masked_softmax"})
+# What attention written out runs and a part built on SDPA does not: a softmax, or the exponentials of one.
+OWN_SOFTMAX_OPS = SOFTMAX_OPS | {"exp", "exp_"}
+SDPA_BESIDES = ("the weights are computed outside SDPA (a softmax or exponential ran beside its call): let "
+                "F.scaled_dot_product_attention compute the scores, mask, softmax and weighted sum, and use its output")
 
 
 def library_ops(ops, refused=()):
@@ -85,6 +89,31 @@ def own_attention_check(what, p, call, hint):
             return f"{what}: its operations were not recorded"
         used = library_ops(trace["ops"], ATTENTION_SOFTMAX)
         return with_hint(f"{what}: it ran aten.{used[0][:60]}, a library's attention kernel", hint) if used else None
+
+    return Check(what, p, judge=judge)
+
+
+def sdpa_use_check(what, p, call, hint):
+    """`call` (the last call made in program `p`, with `trace=`) must run PyTorch's attention kernel and compute no
+    softmax or exponential of its own: a throwaway F.scaled_dot_product_attention call beside attention written out
+    does not count, and SDPA reached under any name does (judged from the operations that ran)."""
+    index = len(p.expects) - 1
+    p.record(call, "the result")
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1]) if OUT_OF_SIGHT in str(found[1].get("message")) else None
+        trace = got[index].get("trace") if isinstance(got[index], dict) else None
+        if not isinstance(trace, dict) or not isinstance(trace.get("ops"), list):
+            return f"{what}: its operations were not recorded"
+        ops = {str(op) for op in trace["ops"]}
+        own = sorted(ops & (OWN_SOFTMAX_OPS - ATTENTION_SOFTMAX))
+        if not library_ops(ops):
+            return with_hint(f"{what}: F.scaled_dot_product_attention never ran", hint)
+        if own:
+            return with_hint(f"{what}: it ran aten.{own[0]} besides F.scaled_dot_product_attention", SDPA_BESIDES)
+        return None
 
     return Check(what, p, judge=judge)
 

@@ -12,10 +12,10 @@ import torch.nn.functional as F
 
 from attention_course import data
 from attention_grader.judging import (G, Check, Expect, NamedMistake, Program, call_check, compare, default_judge,
-                                     expect_value_error, raised_message, require_call)
+                                     expect_value_error, raised_message)
 from attention_grader.judges.common import (ANY_VALUES, CLASS, attention_state, built_like_check, dropout_check,
                                             first_raised, forward_check, linear_state, matched_records, returns_check,
-                                            tensor_of, with_hint, with_later_tokens_changed)
+                                            sdpa_use_check, tensor_of, with_hint, with_later_tokens_changed)
 from attention_grader.judges.step07 import mistaken, module_mistakes
 
 BATCH = data.journey_batch()  # (2, 6, 3)
@@ -94,8 +94,24 @@ def both_masks_named(check):
     return check
 
 
-def require_sdpa(what, grade_id, hint):
-    return require_call(what, grade_id, "scaled_dot_product_attention", hint)
+def module_on_sdpa_check(inputs, hint):
+    what = ("MultiHeadAttentionSDPA(3, 4, 6, 0.5, num_heads=2) in eval mode on the (2, 6, 3) batch, watched operation "
+            "by operation")
+    p = Program()
+    module = p.call(G("MultiHeadAttentionSDPA"), 3, 4, 6, 0.5, 2)
+    p.load(module, attention_state(inputs, 3, 4, False))
+    p.call(module.attr("eval"))
+    return sdpa_use_check(what, p, p.call(module, p.tensor(BATCH), trace=0), hint)
+
+
+def padded_on_sdpa_check(inputs, left):
+    b, heads, t, hd = 3, 2, 5, 4
+    what = (f"padded_sdpa_attention on random ({b}, {heads}, {t}, {hd}) heads, {'left' if left else 'right'} padding, "
+            "watched operation by operation")
+    p = Program()
+    q, k, v = (p.tensor(inputs.randn(b, heads, t, hd)) for _ in range(3))
+    call = p.call(G("padded_sdpa_attention"), q, k, v, p.tensor(padding_of([t, 2, 4], t, left)), trace=0)
+    return sdpa_use_check(what, p, call, "one call of F.scaled_dot_product_attention with the attn_mask you build")
 
 
 def fused_state(inputs, d_in, d_out, qkv_bias):
@@ -284,9 +300,8 @@ def sdpa_attention(inputs):
     changed = BATCH.clone()
     changed[:, 3:] += 1.0
     checks = [
-        require_sdpa("MultiHeadAttentionSDPA", "sdpa_attention",
-                     "replace the scores, mask, softmax, dropout and weighted sum by one "
-                     "F.scaled_dot_product_attention call"),
+        module_on_sdpa_check(inputs, "replace the scores, mask, softmax, dropout and weighted sum by one "
+                                     "F.scaled_dot_product_attention call"),
         forward_check("MultiHeadAttentionSDPA(3, 4, 6, 0.5, num_heads=2) in eval mode on the (2, 6, 3) batch", cls,
                       (3, 4, 6, 0.5, 2), attention_state(inputs, 3, 4, False), BATCH, cut=3, changed=changed,
                       **SDPA_HINTS),
@@ -378,8 +393,7 @@ def padding_of(lengths, t, left):
 
 
 def padded_sdpa_attention(inputs):
-    checks = [require_sdpa("padded_sdpa_attention", "padded_sdpa_attention",
-                           "one call of F.scaled_dot_product_attention with the attn_mask you build")]
+    checks = [padded_on_sdpa_check(inputs, left=False)]
     for b, heads, t, hd, causal in [(2, 2, 5, 3, True), (3, 1, 6, 4, False), (1, 3, 4, 2, True),
                                     (4, 2, 7, 5, False), (2, 4, 3, 8, True)]:
         lengths = [t] + [inputs.randint(1, t + 1) for _ in range(b - 1)]
@@ -396,8 +410,7 @@ def padded_sdpa_attention(inputs):
 
 
 def padded_sdpa_attention_left(inputs):
-    checks = [require_sdpa("padded_sdpa_attention", "padded_sdpa_attention",
-                           "one call of F.scaled_dot_product_attention with the attn_mask you build")]
+    checks = [padded_on_sdpa_check(inputs, left=True)]
     for b, heads, t, hd in [(3, 2, 5, 3), (2, 1, 6, 4), (4, 3, 4, 2), (2, 2, 8, 5)]:
         lengths = [inputs.randint(1, t), 0] + [inputs.randint(0, t + 1) for _ in range(b - 2)]
         checks.append(padded_check(inputs, b, heads, t, hd, padding_of(lengths, t, left=True), True, "left padding"))
