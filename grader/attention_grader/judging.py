@@ -387,9 +387,9 @@ def names_used(sources, grade_id):
 
 
 def require_call(what, grade_id, name, hint):
-    """A rule judged from the submitted source: the cell must use `name`, under its own name or an alias that any
-    editable cell binds to it (`from torch.nn.functional import scaled_dot_product_attention as sdpa`, `sdpa = F.
-    scaled_dot_product_attention`)."""
+    """A rule judged from the submitted source: the student's cells must use `name` (in the part's cell, or in a
+    helper cell of their own), under its own name or an alias that any editable cell binds to it (`from
+    triton.language import program_id as pid`, `pid = tl.program_id`)."""
     def rule(sources):
         used = names_used(sources, grade_id)
         if used is None:
@@ -404,10 +404,12 @@ def require_call(what, grade_id, name, hint):
                 elif isinstance(node, ast.Assign) and isinstance(node.value, (ast.Name, ast.Attribute)) and (
                         getattr(node.value, "attr", None) == name or getattr(node.value, "id", None) == name):
                     aliases |= {target.id for target in node.targets if isinstance(target, ast.Name)}
-        tree, _ = python_of(sources.get(grade_id, ""))
+        # the cell's own code, or a helper the student wrote in a cell of their own (a kernel above its launcher)
+        trees = [tree for tree, _ in map(python_of, sources.values()) if tree is not None]
         imports_it = any(isinstance(node, ast.ImportFrom) and any(alias.name == name for alias in node.names)
-                         for node in ast.walk(tree))
-        if imports_it or any(n in aliases for n, _ in used):
+                         for tree in trees for node in ast.walk(tree))
+        used = [n for key in sources for n, _ in names_used(sources, key) or ()]
+        if imports_it or any(n in aliases for n in used):
             return None
         return f"{what} never calls {name}\n  likely mistake: {hint}"
 

@@ -586,6 +586,22 @@ VARIANTS["thread_autograd"] = {
 
 # For each transfer part: the lesson's code adapted mechanically and the library or autograd shortcut (both fail it),
 # and two correct solutions in other styles (full points).
+def _kernel_in_a_cell_of_its_own(nb):
+    """The kernel in an unlocked cell of the student's own above the launcher's cell: where a solution's code sits
+    is not the point."""
+    import nbformat
+    index = next(i for i, c in enumerate(nb.cells)
+                 if c.metadata.get("nbgrader", {}).get("grade_id") == "flash_attention_forward_triton")
+    kernel, launcher = nb.cells[index].source.split("\n\n\ndef flash_attention_forward_triton", 1)
+    nb.cells[index].source = "def flash_attention_forward_triton" + launcher
+    nb.cells.insert(index, nbformat.v4.new_code_cell(kernel + "\n"))
+    return nb
+
+
+VARIANTS["triton_kernel_in_a_cell_of_its_own"] = {"kind": "correct", "cells": {},
+                                                 "notebook": _kernel_in_a_cell_of_its_own}
+
+
 PROOF = {
     "test_flash_attention_backward": {
         "lesson": ["flash_backward_recomputes_like_the_lesson", "flash_backward_through_the_whole_matrix"],
