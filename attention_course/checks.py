@@ -116,8 +116,18 @@ def expect_close(name, actual, expected, hint="", atol=1e-4, rtol=1e-4):
 
 
 # What PyTorch's own error messages most often mean in these exercises, for a failure that has no hint of its own.
-ERROR_HINTS = [
+# Errors whose message names the operation that failed: their hint outranks a part's general one.
+SPECIFIC_ERROR_HINTS = [
     ("view size is not compatible", "a view after transpose or permute needs .contiguous() first (or use .reshape)"),
+    ("1D tensors expected", "torch.dot multiplies two 1-D vectors only, and here it met a tensor with more "
+                            "dimensions: use @ or (a * b).sum(-1), which work on batches too"),
+    ("does not match the number of dimensions", "an einsum equation names one letter per dimension, and this tensor "
+                                                "has another number of them: write ... for the leading dimensions, "
+                                                "so that one equation serves every shape the task allows"),
+    ("must be a 3D tensor", "torch.bmm takes exactly 3-D tensors (batch, n, m): for other shapes use @ or "
+                            "torch.matmul, which broadcast the leading dimensions"),
+]
+ERROR_HINTS = SPECIFIC_ERROR_HINTS + [
     ("mat1 and mat2 shapes cannot be multiplied", "the inner sizes of a matrix product must match: check which "
                                                   "operand is transposed, and over which dimensions"),
     ("must match the size of tensor", "two shapes that do not broadcast: print both operands' shapes at that line"),
@@ -126,11 +136,25 @@ ERROR_HINTS = [
     ("expected scalar type", "two tensors of different dtypes in one operation: make them the same (e.g. .to(x.dtype))"),
     ("Expected size for first two dimensions", "a batched matrix product of tensors whose batch dimensions differ: "
                                                "print both operands' shapes at that line"),
-    ("must be a 3D tensor", "torch.bmm takes exactly 3-D tensors (batch, n, m): for 4-D (batch, heads, T, d) use @ or "
-                            "torch.matmul, which broadcast the leading dimensions"),
+    ("got NoneType", "a None reached a tensor operation (a layer built with bias=False has .bias None): handle that "
+                     "case apart"),
     ("object has no attribute", "a name the task uses is missing or spelt otherwise: create it (in __init__ for a "
                                 "module) under exactly that name"),
 ]
+DIMENSION_OUT_OF_RANGE = re.compile(r"Dimension out of range \(expected to be in range of \[-(\d+), \d+\], "
+                                    r"but got (\d+)\)")
+
+
+def specific_error_hint(error):
+    """The hint of an error whose message names what failed (see SPECIFIC_ERROR_HINTS), or ""."""
+    dimension = DIMENSION_OUT_OF_RANGE.search(str(error))
+    if dimension:
+        size, index = dimension.groups()
+        return (f"a tensor with {size} dimensions has no dimension {index}: either it lacks a dimension the code "
+                "expects (print its shape at that line), or the code counts dimensions from the front (transpose(1, "
+                "2), torch.bmm's 3-D batches) where counting from the end (transpose(-2, -1), @) works with or "
+                "without leading dimensions")
+    return next((hint for words, hint in SPECIFIC_ERROR_HINTS if words in str(error)), "")
 
 
 def error_hint(error, kind=None):
@@ -138,7 +162,7 @@ def error_hint(error, kind=None):
     kind = kind or type(error).__name__
     if kind == "ValueError":
         return "your code raised this ValueError on an input the exercise allows: check the condition that raises it"
-    return next((hint for words, hint in ERROR_HINTS if words in str(error)), "")
+    return specific_error_hint(error) or next((hint for words, hint in ERROR_HINTS if words in str(error)), "")
 
 
 SIZE_ERROR_WORDS = ("must match the size", "cannot be multiplied", "is invalid for input of size", "Expected size",
@@ -198,7 +222,7 @@ def expect_runs(description, function, *args, hint="", **kwargs):
     except Exception as error:
         message = f"{description} raised {type(error).__name__}: {error}"
         origins = size_origins(error, function, args, kwargs)
-        hint = likely_mistake(hint) or error_hint(error)
+        hint = specific_error_hint(error) or likely_mistake(hint) or error_hint(error)
         message += f"\n  in this call: {origins}" if origins else ""
         raise CheckFailed(message + (f"\n  likely mistake: {hint}" if hint else "")) from error
 

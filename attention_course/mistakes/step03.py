@@ -45,6 +45,8 @@ LIKELY = {'scaled_dot_product_attention-1': 'one context vector per query: (T_q,
                         'index',
  'transfer_weights_v2_to_v1-1': "the transfer must run without an error: read the error's last line and the line "
                                 'of your code it points at',
+ 'transfer_weights_v2_to_v1-sizes': "a weight of sa_v2 met a matrix of sa_v1 of another shape: nn.Linear keeps its "
+                                    'weight as (d_out, d_in), SelfAttention_v1 its matrices as (d_in, d_out)',
  'transfer_weights_v2_to_v1-2': 'change the sa_v1 you were given in place (copy_ into its parameters); building and '
                                 "returning a new module leaves the caller's sa_v1 untouched",
  'transfer_weights_v2_to_v1-3': 'nn.Linear computes x @ weight.T, so copy the transposed weight, weight.T, into the '

@@ -31,7 +31,7 @@ import torch
 from nbformat import NotebookNode
 from traitlets import Unicode
 
-from attention_course.checks import error_hint, shape_difference
+from attention_course.checks import error_hint, shape_difference, specific_error_hint
 from attention_course.probe import (BEGIN_MIME, RECORDS_MIME, VISIBLE_FAILED_MIME, Interpreter, PlanError,
                                     decode_tensor, encode, encode_tensor)
 
@@ -326,7 +326,7 @@ def raised_message(what, record, hint=""):
         return f"{what}: not written yet (replace the `raise NotImplementedError` line)"
     if OUT_OF_SIGHT in str(record["message"]):
         hint = "a thread or a process computes what the grader cannot watch: run everything in the calling thread"
-    hint = hint or error_hint(record["message"], str(record["raised"]))
+    hint = specific_error_hint(record["message"]) or hint or error_hint(record["message"], str(record["raised"]))
     origins = f"\n  in this call: {str(record['origins'])[:300]}" if record.get("origins") else ""
     return f"{what} raised {str(record['raised'])[:80]}: {str(record['message'])[:300]}{origins}" + (
         f"\n  likely mistake: {hint}" if hint else "")

@@ -98,12 +98,12 @@ VARIANTS = {
         "kind": "mistake",
         "cells": {"attention_scores":
                   "def attention_scores(inputs):\n    return inputs.transpose(-2, -1) @ inputs\n"},
-        "fails": {"test_attention_scores_single": "(d, d)", "test_attention_scores_batched": "(d, d)"},
+        "fails": {"test_attention_scores_single": "(d, d)", "test_attention_scores_batched": "transposed first factor"},
     },
     "dot_T_on_batches": {
         "kind": "mistake",
         "cells": {"attention_scores": "def attention_scores(inputs):\n    return inputs @ inputs.T\n"},
-        "fails": {"test_attention_scores_batched": "reverses all three dimensions"},
+        "fails": {"test_attention_scores_batched": "batch.T, which reverses all three"},
     },
     # ---------------------------------------------------------------- Part 5: scores by distance
     "distance_in_float64": {

@@ -11,7 +11,7 @@ VARIANTS = {
         "cells": {"attention_scores_for_query": '''def attention_scores_for_query(inputs, query):
     return inputs @ query
 '''},
-        "fails": {"test_attention_scores_for_query": "unsqueeze"},
+        "fails": {"test_attention_scores_for_query": "stack of queries as one"},
         "not_named": ["torch.dot", ".T reverses"],
     },
     "query_transposed_mixes_sentences": {
