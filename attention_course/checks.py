@@ -227,10 +227,20 @@ def expect_runs(description, function, *args, hint="", **kwargs):
         raise CheckFailed(message + (f"\n  likely mistake: {hint}" if hint else "")) from error
 
 
+def value_error_hint(argument, raised=None):
+    """What a check that wants a ValueError naming `argument` says when it got no error (raised None) or another."""
+    if raised is None:
+        return f"the wrong `{argument}` is let through: check it first and raise ValueError naming it"
+    if raised == "AssertionError":
+        return f"assert raises AssertionError (and is skipped under python -O): raise ValueError naming `{argument}`"
+    return (f"the wrong `{argument}` reached the computation and failed there: check it before anything else and "
+            "raise ValueError naming it")
+
+
 def expect_value_error(description, call, argument, also=()):
     """`call()` must raise a ValueError whose message names `argument`, or one of the words in `also`, as a word
     (not an assert, not a later shape error)."""
-    problem, hint = None, f"check `{argument}` first and raise ValueError naming it (not assert, not a later shape error)"
+    problem, hint = None, value_error_hint(argument)
     try:
         call()
         problem = f"{description} did not raise a ValueError"
@@ -243,6 +253,7 @@ def expect_value_error(description, call, argument, also=()):
             hint = f"say which argument is wrong, e.g. raise ValueError(f\"... {argument}={{...}} ...\")"
     except Exception as error:
         problem = f"{description} raised {type(error).__name__} ({error}) instead of a ValueError"
+        hint = value_error_hint(argument, type(error).__name__)
     expect(problem is None, problem, hint=hint)
 
 

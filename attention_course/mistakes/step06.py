@@ -2,12 +2,13 @@
 
 LIKELY = {
     "wrapper-heads": "keep num_heads heads in self.heads, a list that PyTorch registers (see the lesson)",
-    "wrapper-shape": ("join the heads' outputs along the last dimension, the features of a token: (b, T, d_out * "
-                      "num_heads); joining along the tokens (dim=1) glues them one after the other"),
+    "wrapper-shape": ("the heads' outputs go side by side along the last dimension, the features of a token: (b, T, "
+                      "d_out * num_heads)"),
     "wrapper-columns": "the first d_out columns are the output of self.heads[0], the next d_out of self.heads[1], ...",
     "wrapper-short": "causal heads: the first 4 tokens do not depend on the later ones",
-    "heads-parameters": ("keep the heads in nn.ModuleList (a Python list hides their parameters), and create a new "
-                         "CausalAttention for every head (one head repeated num_heads times counts once)"),
+    "heads-parameters": ("num_heads separate CausalAttention(d_in, d_out, ...) heads, each registered, hold "
+                         "num_heads * 3 * d_in * d_out parameters: list what the wrapper registers with "
+                         "[name for name, _ in mha.named_parameters()]"),
     "heads-distinct": "[head] * num_heads repeats one head: create a new CausalAttention for every head",
     "heads-own-weights": ("create every head with its own CausalAttention(...) call (a copy of one head starts "
                           "identical and stays identical)"),
@@ -23,9 +24,8 @@ LIKELY = {
     "alibi-slope-0": ("a slope of 0 multiplies every weight by exp(0) = 1: the head is plain causal attention over its "
                       "own layers (scores divided by sqrt(d_out), the future hidden)"),
     "alibi-steep": ("with slope 50 a key one token back gets exp(-50) of its weight: the head sees only the token "
-                    "itself, so its output is its own value vector; if it is not, the factor shrinks the wrong keys or "
-                    "is not applied before the normalisation; if it is nan, exp(-m * (i - j)) overflowed where j > i "
-                    "(apply the factor only where j <= i)"),
+                    "itself, so its output is its own value vector (the factor is exp(-m * (i - j)), applied to the "
+                    "weights of keys j <= i)"),
     "alibi-factor": ("with all scores 0 the weights of token 2 are proportional to exp(-log(2) * d) for the keys d = 2, "
                      "1, 0 tokens back: 1/4, 1/2, 1, normalised to 1/7, 2/7, 4/7. The factor must multiply the weights "
                      "before each row is normalised (or, the same thing, add -m * (i - j) to what the softmax reads), "

@@ -8,8 +8,9 @@ LIKELY = {
         "you use causal_mask_with_offset, make Part 1's tests pass first"),
     "cached_attention-2": "one output row per query",
     "cached_attention-3": (
-        "the causal mask is aligned to the top-left corner (SDPA's is_causal=True does that when T_q != T_k):"
-        " the newest token may see every key"),
+        "the causal mask is aligned to the top-left corner, as if the new queries were the first T_q tokens (what "
+        "SDPA's is_causal=True, or a causal mask cut to [:T_q, :T_k], gives when T_q != T_k): the newest token may see "
+        "every key"),
     "cached_attention-4": (
         "the newest token attends to every key, with the mask of Part 1 (make its tests pass first if you use"
         " it)"),
@@ -20,8 +21,9 @@ LIKELY = {
         " if you use causal_mask_with_offset, make Part 1's tests pass first"),
     "attention_with_cache-3": (
         "the new queries attend to the kept keys and values too, with the mask aligned to the bottom-right "
-        "corner (query i of the new ones sees keys 0 .. T_k - T_q + i), not to the top-left one (SDPA's "
-        "is_causal=True); keep the concatenated keys and values for the next call"),
+        "corner (query i of the new ones sees keys 0 .. T_k - T_q + i), not to the top-left one (what SDPA's "
+        "is_causal=True, or a mask cut to [:T_q, :T_k], gives); keep the concatenated keys and values for the next "
+        "call"),
     "attention_with_cache-4": "reset_cache() must forget the kept keys and values",
     "mask-entries": "True where key j comes after query i's token t_k - t_q + i",
     "mask-corner": (

@@ -1,7 +1,8 @@
 """Step 11's likely mistakes, shown by the visible tests only when their check fails."""
 LIKELY = {
     "rope-shape": "return a tensor of x's shape",
-    "rope-values": "pair i is (x[i], x[i + head_dim/2]), rotated by p * base ** (-2 * i / head_dim)",
+    "rope-values": "none of the usual mistakes gives these values: compute one pair by hand, its two numbers and its "
+                   "angle, from the task's formula, and compare",
     "rope-pairs": "the pairs are interleaved (x[2i], x[2i + 1]), the RoFormer paper's convention; this course uses "
                   "rotate-half pairs (x[i], x[i + head_dim/2]), as Hugging Face's Llama does",
     "rope-direction": "the rotation goes the wrong way: the first half is x1 * cos - x2 * sin, the second "
@@ -19,17 +20,17 @@ LIKELY = {
     "rope-dtype": "return x's dtype",
     "rope-bfloat16": "at position 4000 an angle in bfloat16 is off by radians: compute angles, cos and sin in float32",
     "mask-shape": "one row per sequence, one column per position",
-    "mask-dtype": "compare positions with the lengths (>=), which gives bools",
+    "mask-dtype": "the mask holds numbers, not bools: keep the bool tensor a comparison gives (no .float(), .int() or "
+                  "torch.where(..., 1, 0)), or convert with .bool()",
     "mask-entries": "True at position j of sequence k when j >= lengths[k]",
     "mask-convention": "True means padding, blocked (step 04's convention): True = keep is SDPA's attn_mask convention",
     "mask-side": "the padding goes at the end (right padding): the real tokens come first",
     "gqa-parameters": "W_key and W_value project to num_kv_heads * head_dim = 2 * 2 numbers, W_query to d_out",
     "gqa-shape": "the output has d_out = 8 numbers per token",
-    "gqa-values": "query head h reads key/value head h // (num_heads // num_kv_heads) (repeat_interleave, not repeat); "
-                  "RoPE on queries and keys, not on values; scores / sqrt(head_dim), causal mask",
-    "gqa-cache": "offset the positions by the number of kept tokens: the new tokens sit at kept, kept + 1, ... and are "
-                 "rotated there; append their keys and values to the cache and attend to all of them with the mask "
-                 "aligned to the bottom-right corner",
+    "gqa-values": "check each step against the task on this small input: which key/value head each query head "
+                  "reads, which tensors are rotated and when, what the scores are divided by, and the mask",
+    "gqa-cache": "compare the cached call with the full pass: the positions the new tokens are rotated at, what the "
+                 "cache holds after each call, and which kept keys each new query may see",
     "gqa-reset": "reset_cache() must forget the kept keys and values",
     "padded-shape": "one output row per position, padded or not",
     "padded-finite": "a filler at the start of a left-padded row may see no key at all: what does softmax make of that "

@@ -5,7 +5,8 @@ LIKELY = {
     "mha-2": (
         "the attention sees the future: mask the scores above the diagonal before the softmax, and keep the "
         "result of masked_fill"),
-    "mha-3": "split heads, scores / sqrt(head_dim), causal mask, softmax over the keys, merge, out_proj",
+    "mha-3": ("check each step against step 07's on this small input: how the heads are split and merged, what the "
+              "scores are divided by, the mask, and out_proj"),
     "mha-4": (
         "append the new keys and values to the kept ones, keep the result, and let the new queries attend to all "
         "of them with the mask aligned to the bottom-right corner"),
@@ -18,12 +19,14 @@ LIKELY = {
     "gpt-4": "one score per vocabulary entry for every position",
     "gpt-5": "tok_emb(idx) + pos_emb(positions 0 .. T-1), every block in order, final_norm, out_head",
     "gpt-6": "the logits at position t may depend only on the tokens up to t",
-    "gpt-7": "the new tokens sit at the positions after the cached ones: pos_emb(kept .. kept + T - 1)",
+    "gpt-7": ("the new tokens sit at the positions after the cached ones: pos_emb(kept .. kept + T - 1), with kept "
+              "counted by the model itself (the stand-in blocks here keep nothing to count)"),
     "gpt-cache-1": (
         "the model's full pass sees the future (see Part 1), and a cache, which has no later tokens to show, "
         "cannot agree with it"),
     "gpt-cache-2": "this needs Part 1's cache, Part 2 passing use_cache on, and Part 3's positions",
-    "generate-1": "when the cache is full, reset_cache() and read the last context_length tokens",
+    "generate-1": ("if the model raised a ValueError, its cache would have passed context_length: reset_cache() "
+                   "before the prompt and whenever it is full; otherwise print the shapes at the line that raised"),
     "generate-2": "return the prompt and the new tokens",
     "generate-3": "top_k=1 keeps only the largest logit of the last position",
     "generate-4": (
@@ -48,8 +51,8 @@ LIKELY = {
         "this is a post-LayerNorm block (norm after the residual add, as in the 2017 Transformer); GPT-2 and this"
         " course normalise inside each branch, before attention and before the MLP"),
     "block-output": (
-        "two residual branches, attention then the MLP: each reads its input normalised, and its output goes "
-        "through dropout and is added to the unnormalised input"),
+        "check each branch against the diagram on this input: what it reads (and through which norm), the MLP's "
+        "layers and activation, and what its output is added to"),
     "temperature-1": "the temperature is ignored: divide the logits by it before the softmax",
     "temperature-2": "the logits are multiplied by the temperature: divide them by it",
     "temperature-3": "draw from softmax(logits / temperature) of the last position",

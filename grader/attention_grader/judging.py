@@ -31,7 +31,7 @@ import torch
 from nbformat import NotebookNode
 from traitlets import Unicode
 
-from attention_course.checks import error_hint, shape_difference, specific_error_hint
+from attention_course.checks import error_hint, shape_difference, specific_error_hint, value_error_hint
 from attention_course.probe import (BEGIN_MIME, RECORDS_MIME, VISIBLE_FAILED_MIME, Interpreter, PlanError,
                                     decode_tensor, encode, encode_tensor)
 
@@ -361,13 +361,12 @@ def expect_value_error(what, program, argument):
     def judge(got, want):
         last = got[-1] if got else None
         if last is None or _kind(last) != "raised":
-            return (f"{what} did not raise a ValueError\n  likely mistake: check `{argument}` first and raise "
-                    f"ValueError naming it (not assert, not a later shape error)")
+            return f"{what} did not raise a ValueError\n  likely mistake: {value_error_hint(argument)}"
         if last["raised"] == "NotImplementedError":
             return raised_message(what, last)
         if last["raised"] != "ValueError":
-            return (f"{what} raised {str(last['raised'])[:80]} instead of a ValueError\n  likely mistake: check "
-                    f"`{argument}` first and raise ValueError naming it (not assert, not a later shape error)")
+            return (f"{what} raised {str(last['raised'])[:80]} instead of a ValueError\n  likely mistake: "
+                    f"{value_error_hint(argument, str(last['raised']))}")
         if not re.search(rf"(?<![A-Za-z0-9_]){re.escape(argument)}(?![A-Za-z0-9_])", str(last["message"])):
             return (f"{what} raised a ValueError whose message does not name `{argument}`\n  likely mistake: say "
                     f"which argument is wrong, e.g. raise ValueError(f\"... {argument}={{...}} ...\")")

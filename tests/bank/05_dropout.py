@@ -252,12 +252,12 @@ VARIANTS = {
         "kind": "mistake",
         "cells": {"causal_attention": _causal_attention(
             mask="attn_scores.masked_fill(self.mask[:num_tokens, :num_tokens], float('-inf'))")},
-        "fails": {"test_causal_attention": "keep the masked result"},
+        "fails": {"test_causal_attention": "the result of masked_fill is not used"},
     },
     "attention_not_scaled": {
         "kind": "mistake",
         "cells": {"causal_attention": _causal_attention(softmax="attn_weights = torch.softmax(attn_scores, dim=-1)")},
-        "fails": {"test_causal_attention": "sqrt(d_out)"},
+        "fails": {"test_causal_attention": "not divided by sqrt(d_k)"},
     },
     "drop_keys_renormalised_after_softmax": {
         # the softmax over the kept keys equals the full softmax times the kept keys, renormalised: correct

@@ -8,12 +8,16 @@ import math
 import re
 
 import torch
+import torch.nn as nn
 
 from attention_course import data
-from attention_grader.judging import (G, Check, Expect, Program, call_check, compare, expect_value_error, generator,
-                                      raised_message)
+from attention_grader.judging import (G, Check, Expect, NamedMistake, Program, call_check, compare, default_judge,
+                                      expect_value_error, generator, raised_message)
 from attention_grader.judges.common import (EXACT, first_raised, floats_where_due, forward_check, mask_buffer_check,
-                                            own_attention_check, qkv_state, shape_problem, tensor_of, with_hint, with_later_tokens_changed)
+                                            matched_records, own_attention_check, qkv_state, shape_problem, tensor_of,
+                                            with_hint, with_later_tokens_changed)
+from attention_grader.judges.step04 import MODULE_MISTAKES as CAUSAL_MODULE_MISTAKES
+from attention_grader.judges.step04 import MistakenCausal
 
 BATCH = data.journey_batch()  # (2, 6, 3)
 SWAPPED = "drop each entry with probability p, keep it with probability 1 - p: are the two swapped?"
@@ -61,11 +65,34 @@ def dropped_check(what, x, rate, seed):
         out, x64 = tensor_of(got[0]).double(), x.double()
         fine = (out == 0) | torch.isclose(out, x64 / (1 - rate), rtol=1e-5, atol=1e-6)
         if not bool(fine.all()):
-            return with_hint(f"{what}: some entries of the result are neither 0 nor x / (1 - p)", RESCALE)
+            problem = f"{what}: some entries of the result are neither 0 nor x / (1 - p)"
+            kept = out != 0
+            for factor, hint in ((1.0, "the kept entries are not scaled: divide every kept entry by 1 - p"),
+                                 (1 - rate, "the kept entries are multiplied by 1 - p: divide them by 1 - p"),
+                                 (1 / rate, "the kept entries are divided by p: divide them by 1 - p, the "
+                                            "probability of keeping")):
+                if bool(kept.any()) and torch.allclose(out[kept], x64[kept] * factor, rtol=1e-5, atol=1e-6):
+                    return NamedMistake(with_hint(problem, hint))
+            return with_hint(problem, "none of the usual mistakes gives these values: every entry is 0 or x / (1 - p)")
+        zero = out == 0
+        for dim in range(x64.dim() if x64.dim() > 1 else 0):
+            if x64.shape[dim] > 1 and bool((zero == zero.narrow(dim, 0, 1)).all()) and bool(zero.any()):
+                return NamedMistake(with_hint(f"{what}: every slice along dimension {dim} dropped the same entries",
+                                              "the random numbers have fewer dimensions than x and are broadcast: "
+                                              "draw one per entry, of the shape of x: torch.rand(x.shape, "
+                                              "generator=generator)"))
         count = int((x64 != 0).sum())
         fraction = float(((out == 0) & (x64 != 0)).sum()) / count
-        if far(fraction, rate, 0.03, math.sqrt(rate * (1 - rate) / count)):
-            return with_hint(f"{what}: {fraction:.3f} of the entries were set to 0, far from p", SWAPPED)
+        spread = math.sqrt(rate * (1 - rate) / count)
+        if far(fraction, rate, 0.03, spread):
+            problem = f"{what}: {fraction:.3f} of the entries were set to 0, far from p"
+            if not far(fraction, 1 - rate, 0.03, spread):
+                return NamedMistake(with_hint(problem, "drop and keep are swapped: about 1 - p of the entries were "
+                                                       "dropped, so the mask keeps an "
+                                                       "entry with probability p (rand < p kept, or bernoulli(p) used "
+                                                       "as the mask of kept entries); keep it with probability 1 - p"))
+            return with_hint(problem, "none of the usual mistakes drops this many: drop each entry with probability "
+                                      "p, one random number per entry")
         if far(out.mean().item(), x64.mean().item(), 0.05,
                math.sqrt(rate / (1 - rate) * x64.pow(2).mean().item() / x64.numel())):
             return with_hint(f"{what}: the mean of the result is far from the mean of x", KEEP_MEAN)
@@ -120,8 +147,15 @@ def own_draws_check(what, function, x, rate, seed):
             return f"{what}: its operations were not recorded"
         if unseeded:
             index = unseeded[0] if isinstance(unseeded[0], int) and 0 <= unseeded[0] < len(ops) else 0
-            return with_hint(f"{what}: it ran aten.{str(ops[index])[:40]} without the generator it was given",
-                             LIBRARY_DROPOUT)
+            op = str(ops[index])[:40]
+            if "dropout" in op:
+                return NamedMistake(with_hint(f"{what}: it ran aten.{op} without the generator it was given",
+                                              LIBRARY_DROPOUT))
+            return NamedMistake(with_hint(f"{what}: it ran aten.{op} without the generator it was given",
+                                          "the random numbers come from PyTorch's global generator: pass "
+                                          "generator=generator to the function that draws them (torch.rand(shape, "
+                                          "generator=generator), torch.bernoulli(probs, generator=generator); "
+                                          "torch.rand_like takes no generator)"))
         return None
 
     return Check(what, p, judge=judge)
@@ -180,21 +214,36 @@ def dropout_training(inputs):
     return checks + generator_checks(inputs) + [draws]
 
 
-def p_value_error(what, rate, x=None, function="dropout"):
+def p_value_error(what, rate, x=None, function="dropout", training=True):
     """function(x, rate) must raise ValueError naming p: the word p, or the word probability as PyTorch's own
-    F.dropout says it."""
+    F.dropout says it. With training=False, the call with training=True comes first (what it raised kept), to tell
+    a check placed after the training=False shortcut from no check at all."""
     p = Program()
-    p.call(G(function), p.tensor(torch.ones(3, 4) if x is None else x), rate)
-    advice = "check `p` first and raise ValueError naming it (not assert, not a later shape error)"
+    x_ref = p.tensor(torch.ones(3, 4) if x is None else x)
+    if not training:
+        p.call(G(function), x_ref, rate, catch=True)
+        p.call(G(function), x_ref, rate, training=False)
+    else:
+        p.call(G(function), x_ref, rate)
 
     def judge(got, want):
         last = got[-1] if got else None
         if last is None or "raised" not in last:
-            return f"{what} did not raise a ValueError\n  likely mistake: {advice}"
+            caught = got[0].get("caught") if not training and got and isinstance(got[0], dict) else None
+            if isinstance(caught, dict) and caught.get("raised") == "ValueError":
+                return NamedMistake(f"{what} did not raise a ValueError, though it does with training=True\n  likely "
+                                    "mistake: the check of p comes after the `training=False` (or p == 0) shortcut: "
+                                    "check p before anything else")
+            return NamedMistake(f"{what} did not raise a ValueError\n  likely mistake: p={rate} is let through: raise "
+                                "ValueError naming p whenever p < 0 or p > 1, before anything else")
         if last["raised"] == "NotImplementedError":
             return raised_message(what, last)
+        if last["raised"] == "AssertionError":
+            return NamedMistake(f"{what} raised AssertionError instead of a ValueError\n  likely mistake: assert "
+                                "raises AssertionError (and python -O skips it): raise ValueError(...) naming p")
         if last["raised"] != "ValueError":
-            return f"{what} raised {str(last['raised'])[:80]} instead of a ValueError\n  likely mistake: {advice}"
+            return (f"{what} raised {str(last['raised'])[:80]} instead of a ValueError\n  likely mistake: p={rate} "
+                    "reached the computation, which failed on it: check p first and raise ValueError naming it")
         if not re.search(r"(?<![A-Za-z0-9_])(p|probability)(?![A-Za-z0-9_])", str(last["message"])):
             return (f"{what} raised a ValueError whose message does not name `p`\n  likely mistake: say which "
                     "argument is wrong, e.g. raise ValueError(f\"p must be between 0 and 1, got p={p}\")")
@@ -203,29 +252,47 @@ def p_value_error(what, rate, x=None, function="dropout"):
     return Check(what, p, judge=judge)
 
 
+def allowed_rate_check(what, function, x, rate, hint, **kwargs):
+    """call_check of function(x, rate, **kwargs), naming a check of p that rejects p = 0 or p = 1."""
+    check = call_check(what, function, x, rate, hint=hint, **kwargs)
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found and found[1]["raised"] == "ValueError" and rate in (0.0, 1.0):
+            return NamedMistake(raised_message(what, found[1], f"the check of p rejects p = {rate:g}, which the task "
+                                               "allows: p may be any number in [0, 1], both ends included (raise "
+                                               "only when p < 0 or p > 1)"))
+        return default_judge(check, got, want)
+
+    check.judge = judge
+    return check
+
+
 def dropout_special_cases(inputs):
     journey = data.journey_inputs()
     off = "with training=False dropout is switched off: return x unchanged"
     nothing = "p = 0 drops nothing, and dividing by 1 - 0 = 1 changes nothing: return x unchanged"
     zeros = "p = 1 drops every entry: return zeros (torch.zeros_like(x)) instead of dividing by 1 - p = 0"
-    checks = [call_check("dropout(inputs, 0.5, training=False) on the journey sentence", "dropout", journey, 0.5,
-                         training=False, hint=off),
-              call_check("dropout(inputs, 0.0) on the journey sentence", "dropout", journey, 0.0, hint=nothing),
-              call_check("dropout(inputs, 1.0) on the journey sentence", "dropout", journey, 1.0, hint=zeros)]
+    checks = [allowed_rate_check("dropout(inputs, 0.5, training=False) on the journey sentence", "dropout", journey,
+                                 0.5, off, training=False),
+              allowed_rate_check("dropout(inputs, 0.0) on the journey sentence", "dropout", journey, 0.0, nothing),
+              allowed_rate_check("dropout(inputs, 1.0) on the journey sentence", "dropout", journey, 1.0, zeros)]
     for shape in [(4, 5), (2, 3, 7), (11,)]:
         x = inputs.randn(*shape).double()
         for rate in (0.25, 0.9, 1.0):
-            checks.append(call_check(f"dropout(x, {rate}, training=False) on a random {shape} input", "dropout", x,
-                                     rate, training=False, hint=off))
-        checks.append(call_check(f"dropout(x, 0.0) on a random {shape} input", "dropout", x, 0.0, hint=nothing))
-        checks.append(call_check(f"dropout(x, 1.0) on a random {shape} input", "dropout", x, 1.0, hint=zeros))
+            checks.append(allowed_rate_check(f"dropout(x, {rate}, training=False) on a random {shape} input",
+                                             "dropout", x, rate, off, training=False))
+        checks.append(allowed_rate_check(f"dropout(x, 0.0) on a random {shape} input", "dropout", x, 0.0, nothing))
+        checks.append(allowed_rate_check(f"dropout(x, 1.0) on a random {shape} input", "dropout", x, 1.0, zeros))
     return checks
 
 
 def dropout_arguments(inputs):
     journey = data.journey_inputs()
     return ([p_value_error("dropout(inputs, 1.5)", 1.5, journey), p_value_error("dropout(inputs, -0.1)", -0.1, journey)]
-            + [p_value_error(f"dropout(x, {rate}) on a (3, 4) input", rate) for rate in (1.01, 2, -0.5, -1e-3)])
+            + [p_value_error(f"dropout(x, {rate}) on a (3, 4) input", rate) for rate in (1.01, 2, -0.5, -1e-3)]
+            + [p_value_error(f"dropout(x, {rate}, training=False) on a (3, 4) input", rate, training=False)
+               for rate in (1.5, -0.2)])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -234,12 +301,83 @@ def dropout_arguments(inputs):
 
 CA_HINTS = dict(
     parameters_hint="create self.W_query, self.W_key and self.W_value with nn.Linear(d_in, d_out, bias=qkv_bias)",
-    runs_hint="slice the mask to the actual number of tokens: self.mask[:T, :T]",
-    value_hint="softmax(masked scores / sqrt(d_out)) @ values, with the mask sliced to T and dropout switched off by "
-               "eval()",
+    runs_hint="none of the usual mistakes raises this: compare the sizes the message names with where the line above "
+              "says they come from; the mask is built for context_length tokens and cut to the T of x, "
+              "self.mask[:T, :T], and only T > context_length raises",
+    value_hint="none of the usual mistakes gives these values: compare each step with the task on a small input "
+               "(scores, the future set to -inf, the scale sqrt(d_out), a softmax over the keys, @ values; dropout "
+               "is off in eval mode)",
     again_hint="eval mode must be deterministic: self.dropout = nn.Dropout(dropout) is switched off by eval()",
-    causal_hint="a token must not see later tokens: mask the scores above the diagonal with -inf before softmax (and "
-                "keep the masked result)")
+    causal_hint="earlier tokens see later ones, and none of the usual mistakes gives these values: the masked scores "
+                "must be what goes into the softmax, True in the mask where key j > query i")
+
+
+class MistakenCausalAttention(MistakenCausal):
+    """Step 04's CausalSelfAttention with a usual mistake put in (MistakenCausal), plus this step's dropout layer,
+    which eval() switches off; `fill` is the value the masked scores get."""
+    fill = float("-inf")
+
+    def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
+        super().__init__(d_in, d_out, context_length, qkv_bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        if self.fill == float("-inf"):
+            return super().forward(x)
+        tokens = x.shape[1]
+        if tokens > len(self.mask):
+            raise ValueError("more tokens than context_length")
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)
+        scores = (queries @ keys.transpose(-2, -1)).masked_fill(self.mask[:tokens, :tokens], self.fill)
+        return torch.softmax(scores / keys.shape[-1] ** 0.5, dim=-1) @ values
+
+
+def _attention(changes):
+    """A mistake of step 04's module table, or attributes of MistakenCausalAttention, as a replacement of
+    CausalAttention."""
+    mistaken = next(iter(changes.values())) if isinstance(changes, dict) else None
+    attributes = {k: v for k, v in vars(mistaken).items() if not k.startswith("__")} if mistaken else {}
+    return {"CausalAttention": type("MistakenCausalAttention", (MistakenCausalAttention,), attributes)}
+
+
+CA_MISTAKES = tuple((hint, _attention(changes)) for hint, changes in CAUSAL_MODULE_MISTAKES) + (
+    ("the masked scores are set to 0, not -inf: a score of 0 still gets a positive weight after the softmax (e ** 0 = "
+     "1), so the future is still seen; fill with float('-inf')",
+     {"CausalAttention": type("MistakenCausalAttention", (MistakenCausalAttention,), {"fill": 0.0})}),
+)
+
+
+def full_context_raise(what, record, tokens, context, batch):
+    """A message naming why CausalAttention raised ValueError on `tokens` <= context_length tokens, where its words
+    leave no doubt (the batch size taken for the number of tokens, or a full context refused); None otherwise."""
+    if record.get("raised") != "ValueError" or tokens > context:
+        return None
+    numbers = [int(n) for n in re.findall(r"\d+", str(record.get("message")))]
+    if batch != tokens and batch > context and batch in numbers:
+        return NamedMistake(raised_message(what, record, f"the number of tokens is taken from x.shape[0], the batch "
+                                           f"size ({batch} here): T is x.shape[1]"))
+    if tokens == context and tokens in numbers and batch not in numbers:
+        return NamedMistake(raised_message(what, record, "T == context_length tokens fit: raise only when T > "
+                                           "context_length (a check with >= refuses a full context)"))
+    return None
+
+
+def ca_forward_check(what, cls, args, state, x, **kwargs):
+    """forward_check of CausalAttention, naming a usual mistake of step 04's module by running it."""
+    check = matched_records(forward_check(what, cls, args, state, x, **kwargs, **CA_HINTS))
+    check.mistakes = CA_MISTAKES
+    judge = check.judge
+
+    def judged(got, want):
+        found = first_raised(got)
+        if found and not first_raised(want):
+            named = full_context_raise(what, found[1], x.shape[1], args[2], x.shape[0])
+            if named:
+                return named
+        return judge(got, want)
+
+    check.judge = judged
+    return check
 
 
 def too_long_check(what, args, x):
@@ -282,10 +420,10 @@ def causal_attention(inputs):
         mask_buffer_check("CausalAttention(3, 2, 6, 0.0)", ca, (3, 2, 6, 0.0),
                           "self.register_buffer(\"mask\", torch.triu(...)) keeps the mask with the module "
                           "(state_dict, .to(device))"),
-        forward_check("CausalAttention(3, 2, 6, 0.0) on the (2, 6, 3) batch", ca, (3, 2, 6, 0.0), state, BATCH,
-                      cut=3, changed=changed, **CA_HINTS),
-        forward_check("CausalAttention(3, 2, 6, 0.0) on the first 4 tokens of the batch, (2, 4, 3)", ca,
-                      (3, 2, 6, 0.0), state, BATCH[:, :4].contiguous(), **CA_HINTS),
+        ca_forward_check("CausalAttention(3, 2, 6, 0.0) on the (2, 6, 3) batch", ca, (3, 2, 6, 0.0), state, BATCH,
+                         cut=3, changed=changed),
+        ca_forward_check("CausalAttention(3, 2, 6, 0.0) on the first 4 tokens of the batch, (2, 4, 3)", ca,
+                         (3, 2, 6, 0.0), state, BATCH[:, :4].contiguous()),
     ]
     for b, t, context, d_in, d_out, bias, rate in [(1, 1, 4, 3, 2, False, 0.0), (3, 5, 8, 4, 3, True, 0.3),
                                                    (2, 7, 7, 5, 6, False, 0.5), (4, 3, 10, 2, 5, True, 0.1),
@@ -293,10 +431,10 @@ def causal_attention(inputs):
         built = f"CausalAttention({d_in}, {d_out}, {context}, {rate}, qkv_bias={bias})"
         x = inputs.randn(b, t, d_in)
         cut = t // 2 if t > 1 else None
-        checks.append(forward_check(
+        checks.append(ca_forward_check(
             f"{built} in eval mode on a random ({b}, {t}, {d_in}) input", ca, (d_in, d_out, context, rate),
             qkv_state(inputs, d_in, d_out, bias), x, kwargs={"qkv_bias": bias}, cut=cut,
-            changed=with_later_tokens_changed(inputs, x, cut) if cut else None, **CA_HINTS))
+            changed=with_later_tokens_changed(inputs, x, cut) if cut else None))
     return checks + [own_ca_check(inputs, "eval")]
 
 
@@ -367,34 +505,51 @@ def placement_check(inputs, t, d_in, d_out, rate, num_sentences, num_single):
     p.call(single.attr("train"))
     p.record(p.call(single, p.tensor(first_coordinate_one(inputs.randn(num_single, 1, d_in)))),
              "the output on one-token sentences in training mode")
+    p.record(p.call(module, x_eval), "the output in training mode on the input of eval mode")
     eval_off = "module.eval() must switch dropout off: self.dropout = nn.Dropout(dropout) reads self.training"
-    after_softmax = ("apply self.dropout to the attention weights after softmax (dropout on the scores before softmax "
-                     "is renormalised away: every row still sums to 1, and no weight is zero)")
 
     def judge(got, want):
         found = first_raised(got)
         if found:
-            return raised_message(what, found[1])
+            batch, tokens = {3: (num_sentences, t), 5: (num_single, 1)}.get(found[0], (4, t))
+            return full_context_raise(what, found[1], tokens, tokens, batch) or raised_message(what, found[1])
         problem = compare(got[0], want[0], what, EXACT) or compare(got[4], want[4], what, EXACT)
         for index, name in ((1, f"{what} in eval mode"), (2, f"{what} in eval mode"), (3, f"{what} in training mode"),
-                            (5, one_token)):
+                            (5, one_token), (6, f"{what} in training mode")):
             problem = problem or shape_problem(got[index], want[index], name, "")
         if problem:
             return problem
+        if not torch.equal(tensor_of(got[1]).double().nan_to_num(), tensor_of(got[2]).double().nan_to_num()):
+            return NamedMistake(with_hint(f"{what} in eval mode gave different outputs for the same input",
+                                          "something still drops in eval mode: " + eval_off))
         problem = compare(got[1], want[1], f"{what} in eval mode: the row sums of the attention weights",
                           Expect("", atol=1e-5, rtol=1e-5))
         if problem:
-            return with_hint(problem, eval_off)
-        if not torch.equal(tensor_of(got[1]).double(), tensor_of(got[2]).double()):
-            return with_hint(f"{what} in eval mode gave different outputs for the same input", eval_off)
+            return with_hint(problem, "with every value vector all ones (W_value reads the first coordinate, set to "
+                                      "1), each context vector holds the sum of its row of attention weights, 1 in "
+                                      "eval mode; Part 3's checks compare the module with the task")
         sums = tensor_of(got[3]).double()
         if not (sums - 1).abs().nan_to_num(nan=math.inf).max().item() > 1e-4:
-            return with_hint(f"{what} in training mode: every row of attention weights still sums to 1, as if "
-                             "nothing was dropped", after_softmax)
+            problem = (f"{what} in training mode: every row of attention weights still sums to 1, as if nothing was "
+                       "dropped")
+            if torch.equal(tensor_of(got[6]).double(), tensor_of(got[1]).double()):
+                return NamedMistake(with_hint(problem + "; its output in training mode is the one of eval mode",
+                                              "nothing is dropped in training mode: forward never applies "
+                                              "self.dropout; apply it to the attention weights, after softmax"))
+            return NamedMistake(with_hint(problem + ", though its output in training mode differs from eval mode's",
+                                          "dropout acts before the softmax (on the scores, the queries or the keys), "
+                                          "and the softmax renormalises it away: apply self.dropout to the attention "
+                                          "weights, after softmax"))
         if not torch.allclose(sums, sums[..., :1].expand_as(sums), atol=1e-5, rtol=1e-5):
-            return with_hint(f"{what} in training mode: the entries of a context vector differ, though each is the "
-                             "sum of the same attention weights",
-                             "dropout belongs on the attention weights, not on the values or on the context vectors")
+            problem = (f"{what} in training mode: the entries of a context vector differ, though each is the sum of "
+                       "the same attention weights")
+            scaled = torch.isclose(sums, torch.full_like(sums, 1 / (1 - rate)), rtol=1e-5, atol=1e-6)
+            if bool(((sums == 0) | scaled).all()):
+                return NamedMistake(with_hint(problem, "the context vectors are dropped (each entry 0 or 1 / (1 - p) "
+                                                       "times its row sum of 1): dropout belongs on the attention "
+                                                       "weights, before they multiply the values"))
+            return with_hint(problem, "dropout belongs on the attention weights, not on the values or on the context "
+                                      "vectors")
         if far(sums.mean().item(), 1.0, 0.1, math.sqrt(rate / (1 - rate) / (num_sentences * t))):
             return with_hint(f"{what} in training mode: the mean row sum of the attention weights is far from 1",
                              "inverted dropout keeps the average of every weight: after softmax, scaled by "
@@ -430,10 +585,38 @@ NO_NAN = ("a row whose every visible key was dropped is a softmax over nothing (
           "zeros")
 HIDDEN_KEY = ("a dropped key must vanish from the softmax like a masked one (a score of -inf); a score of 0 still gets "
               "a positive weight, and the -inf of the mask must stay -inf")
-WHOLE_KEYS = ("drop whole keys: one random draw per key of each sequence, shared by all of its queries (a mask of "
-              "shape (..., 1, T_k)); the lesson's dropout draws one per weight")
 BEFORE_SOFTMAX = ("drop keys before the softmax, so that it spreads each row over the keys left and the row sums to 1; "
                   "dropping weights after the softmax (the lesson's dropout) leaves rows that do not")
+PER_WEIGHT = ("single weights were dropped, one random draw per weight (a mask of the shape of the scores), the "
+              "lesson's dropout: drop whole keys, one draw per key of each sequence shared by all of its queries (a "
+              "mask of shape (..., 1, T_k))")
+PER_QUERY = ("whole queries were dropped (a mask of shape (..., T_q, 1)): drop whole keys, one draw per key of each "
+             "sequence shared by all of its queries (a mask of shape (..., 1, T_k))")
+
+
+def partial_keys_problem(what, kept, visible):
+    """The message for weights whose dropped keys differ between the queries of a sequence: naming whole queries
+    dropped, or single weights."""
+    problem = f"{what}: a key was dropped for some queries of a sequence but kept for others"
+    row_all_or_nothing = ((kept == visible) | ~kept.any(dim=-1, keepdim=True)).all()
+    if bool(row_all_or_nothing):
+        return NamedMistake(with_hint(problem, PER_QUERY))
+    return NamedMistake(with_hint(problem, PER_WEIGHT))
+
+
+def keys_counted_wrong(what, record, scores):
+    """A message naming a mask sized with T_q where T_k belongs (or the other way), read from a broadcast error
+    between the two sizes; None otherwise."""
+    t_q, t_k = scores.shape[-2], scores.shape[-1]
+    found = re.search(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)",
+                      str(record.get("message")))
+    if t_q == t_k or not found or {int(found[1]), int(found[2])} != {t_q, t_k}:
+        return None
+    return NamedMistake(raised_message(what, record, f"a size T_q = attn_scores.shape[-2] ({t_q}) met T_k = "
+                                       f"attn_scores.shape[-1] ({t_k}): the keys are counted along the last "
+                                       "dimension, one draw per key, a mask of shape (..., 1, T_k)"))
+
+
 NO_RESCALING = ("no division by 1 - p here: the softmax over the keys left already sums to 1, so every row keeps the "
                 "sum it had; dividing makes rows sum to 1 / (1 - p)")
 
@@ -447,6 +630,9 @@ def key_structure_problem(what, out, scores, rate):
     """The problem of drop_keys' result `out` in training mode on `scores` (None if it is right): no nan, hidden keys
     stay hidden, whole keys dropped for every query, rows a softmax over the keys left."""
     if bool(out.isnan().any()):
+        rows = out.isnan().any(dim=-1)
+        if bool((out.isnan().all(dim=-1) == rows).all()):
+            return NamedMistake(with_hint(f"{what}: whole rows of the weights are nan", NO_NAN))
         return with_hint(f"{what}: the weights hold nan", NO_NAN)
     visible = scores.isfinite()
     if bool((out[~visible] != 0).any()):
@@ -456,6 +642,19 @@ def key_structure_problem(what, out, scores, rate):
     whole = bool((kept == (visible & kept_key)).all())
     sums = out.sum(dim=-1)
     rows_ok = ((sums - 1).abs() <= 1e-5) | (sums.abs() <= 1e-12)
+    plain = torch.softmax(scores, dim=-1) * kept_key
+    reference = torch.softmax(scores.masked_fill(~kept_key, float("-inf")), dim=-1).nan_to_num(nan=0.0)
+    if not bool(rows_ok.all()) and whole and rate < 1:
+        for candidate, hint in (
+                (plain, "the weights were dropped after the softmax, which leaves rows that do not sum to 1: drop "
+                        "keys before the softmax (a score of -inf), so that it spreads each row over the keys left"),
+                (plain / (1 - rate), "the weights were dropped after the softmax and divided by 1 - p, inverted "
+                                     "dropout's way, which keeps the average but leaves rows that do not sum to 1: "
+                                     "drop keys before the softmax (a score of -inf), without any division"),
+                (reference / (1 - rate), NO_RESCALING)):
+            if torch.allclose(out, candidate, atol=1e-5, rtol=1e-4):
+                return NamedMistake(with_hint(f"{what}: rows should sum to 1, or 0 where every key they see was "
+                                              f"dropped; got sums such as {sums[~rows_ok][:3].tolist()}", hint))
     if not bool(rows_ok.all()):
         nonzero = sums[sums.abs() > 1e-12]
         bad = sums[~rows_ok][:3].tolist()
@@ -464,11 +663,10 @@ def key_structure_problem(what, out, scores, rate):
             return with_hint(problem, NO_RESCALING)
         return with_hint(problem, BEFORE_SOFTMAX if not whole else HIDDEN_KEY)
     if not whole:
-        return with_hint(f"{what}: a key was dropped for some queries of a sequence but kept for others", WHOLE_KEYS)
+        return partial_keys_problem(what, kept, visible)
     if bool(kept_key.all()):
         return with_hint(f"{what}: no key was dropped in training mode", "in training mode with p > 0, drop each key "
                                                                         "with probability p")
-    reference = torch.softmax(scores.masked_fill(~kept_key, float("-inf")), dim=-1).nan_to_num(nan=0.0)
     if not torch.allclose(out, reference, atol=1e-5, rtol=1e-4):
         return with_hint(f"{what}: the weights of the keys a row still sees are not the softmax of their scores",
                          HIDDEN_KEY)
@@ -486,7 +684,7 @@ def keys_dropped_check(what, scores, rate, seed):
     def judge(got, want):
         found = first_raised(got)
         if found:
-            return raised_message(what, found[1])
+            return keys_counted_wrong(what, found[1], scores) or raised_message(what, found[1])
         problem = shape_problem(got[0], want[0], f"{what}: the weights", "return weights of the shape of the scores")
         problem = problem or with_hint(compare(got[1], want[1], f"{what}: its input after the call", EXACT),
                                        "drop_keys changed its input attn_scores: build new tensors (masked_fill, "
@@ -496,29 +694,56 @@ def keys_dropped_check(what, scores, rate, seed):
     return Check(what, p, judge=judge)
 
 
+def all_dropped_check(what, scores, hint):
+    """drop_keys(scores, 1.0): all zeros; naming the usual ways to get something else by what they give."""
+    check = allowed_rate_check(what, "drop_keys", scores, 1.0, hint)
+    judge = check.judge
+
+    def named(got, want):
+        problem = judge(got, want)
+        found = first_raised(got)
+        if problem and found:
+            return keys_counted_wrong(what, found[1], scores) or problem
+        if not problem or isinstance(problem, NamedMistake) or "tensor" not in got[0]:
+            return problem
+        out, s = tensor_of(got[0]).double(), scores.double()
+        head = problem.split("\n  likely mistake: ")[0]
+        if bool(out.isnan().all()):
+            return head + ("\n  likely mistake: every weight is nan: with every key dropped, a softmax over a row of "
+                           "-inf gives 0 / 0 = nan, and so does a division by 1 - p = 0; the weights must be all zeros")
+        zeroed = torch.softmax(s.masked_fill(s.isfinite(), 0.0), dim=-1)
+        if out.shape == s.shape and torch.allclose(out, zeroed, atol=1e-5):
+            return NamedMistake(head + f"\n  likely mistake: {HIDDEN_KEY}")
+        if out.shape == s.shape and torch.allclose(out, torch.softmax(s, dim=-1), atol=1e-5):
+            return NamedMistake(head + "\n  likely mistake: nothing was dropped with p = 1: every key is dropped "
+                                "with probability p, here all of them")
+        return head + "\n  likely mistake: none of the usual mistakes gives these values: " + hint
+
+    check.judge = named
+    return check
+
+
 def drop_keys(inputs):
     checks = []
     off = "with training=False nothing is dropped: return the softmax of the scores over the keys"
     nothing = "p = 0 drops no key: return the softmax of the scores"
-    everything = ("p = 1 drops every key, so every row lost all its keys: all zeros (not nan, nor the even weights "
-                  "that a score of 0 for every key gives)")
-    for shape in [(3, 4), (2, 5, 7), (2, 3, 4, 4)]:
-        scores = inputs.randn(*shape)
-        if shape[-1] == shape[-2]:
-            scores = scores.masked_fill(torch.ones(shape[-1], shape[-1], dtype=torch.bool).triu(1), float("-inf"))
-        for rate in (0.5, 1.0):
-            checks.append(call_check(f"drop_keys(scores, {rate}, training=False) on scores of shape {shape}",
-                                     "drop_keys", scores, rate, training=False, hint=off))
-        checks.append(call_check(f"drop_keys(scores, 0.0) on scores of shape {shape}", "drop_keys", scores, 0.0,
-                                 hint=nothing))
-        checks.append(call_check(f"drop_keys(scores, 1.0) on scores of shape {shape}", "drop_keys", scores, 1.0,
-                                 hint=everything))
+    everything = "p = 1 drops every key, so every row lost all its keys: the weights are all zeros"
     for leading, t, rate in [((300,), 5, 0.5), ((60, 4), 6, 0.3), ((200,), 3, 0.8)]:
         checks.append(keys_dropped_check(f"drop_keys(scores, {rate}) in training mode on causal scores of shape "
                                          f"{leading + (t, t)}", causal_scores(inputs, *leading, t=t), rate,
                                          inputs.seed()))
     checks.append(keys_dropped_check("drop_keys(scores, 0.4) in training mode on scores of shape (100, 3, 9)",
                                      inputs.randn(100, 3, 9), 0.4, inputs.seed()))
+    for shape in [(3, 4), (2, 5, 7), (2, 3, 4, 4)]:
+        scores = inputs.randn(*shape)
+        if shape[-1] == shape[-2]:
+            scores = scores.masked_fill(torch.ones(shape[-1], shape[-1], dtype=torch.bool).triu(1), float("-inf"))
+        for rate in (0.5, 1.0):
+            checks.append(allowed_rate_check(f"drop_keys(scores, {rate}, training=False) on scores of shape {shape}",
+                                             "drop_keys", scores, rate, off, training=False))
+        checks.append(allowed_rate_check(f"drop_keys(scores, 0.0) on scores of shape {shape}", "drop_keys", scores,
+                                         0.0, nothing))
+        checks.append(all_dropped_check(f"drop_keys(scores, 1.0) on scores of shape {shape}", scores, everything))
     checks += [p_value_error(f"drop_keys(scores, {rate}) on scores of shape (3, 4)", rate, function="drop_keys")
                for rate in (1.2, -0.1, 3)]
     checks.append(own_draws_check("drop_keys(scores, 0.5, generator=...) on random scores of shape (2, 4, 5), its "
@@ -535,7 +760,7 @@ def keys_statistics_check(what, scores, rate, seed):
     def judge(got, want):
         found = first_raised(got)
         if found:
-            return raised_message(what, found[1])
+            return keys_counted_wrong(what, found[1], scores) or raised_message(what, found[1])
         problem = shape_problem(got[0], want[0], f"{what}: the weights",
                                 "return weights of the shape of the scores; T_q and T_k may differ")
         if problem:
@@ -546,8 +771,7 @@ def keys_statistics_check(what, scores, rate, seed):
         zero = out == 0
         dropped = zero.all(dim=-2)
         if not bool((zero == dropped.unsqueeze(-2)).all()):
-            return with_hint(f"{what}: a key was dropped for some queries of a sequence but kept for others",
-                             WHOLE_KEYS)
+            return partial_keys_problem(what, ~zero, torch.ones_like(zero))
         if not bool(dropped.any()):
             return with_hint(f"{what}: no key was dropped (every key kept a weight for some query)", HIDDEN_KEY)
         sequences = dropped.reshape(-1, dropped.shape[-1])
@@ -560,7 +784,13 @@ def keys_statistics_check(what, scores, rate, seed):
                              "every index of the leading dimensions (batch and heads) is a sequence that draws its "
                              "own keys: draw over all leading dimensions")
         fraction = dropped.double().mean().item()
-        if far(fraction, rate, 0.03, math.sqrt(rate * (1 - rate) / dropped.numel())):
+        spread = math.sqrt(rate * (1 - rate) / dropped.numel())
+        if far(fraction, rate, 0.03, spread) and not far(fraction, 1 - rate, 0.03, spread):
+            return NamedMistake(with_hint(f"{what}: {fraction:.3f} of the keys were dropped, far from p",
+                                          "drop and keep are swapped: about 1 - p of the keys were dropped, so the "
+                                          "mask keeps a key with probability p (rand > p dropped, or bernoulli(p) "
+                                          "used as the mask of kept keys); drop it with probability p"))
+        if far(fraction, rate, 0.03, spread):
             return with_hint(f"{what}: {fraction:.3f} of the keys were dropped, far from p",
                              "drop each key with probability p and keep it with probability 1 - p (are the two "
                              "swapped?); one draw per key, over the last dimension of the scores")

@@ -4,6 +4,8 @@ The heads are the notebook's provided CausalAttention. Part 1 judges the wrapper
 holds (their weights loaded one head at a time, then read back), so that heads kept in a plain list or one head used
 num_heads times cost the points of Part 2 only, as their own tests say.
 """
+import re
+
 import torch
 
 from attention_course import data
@@ -40,6 +42,54 @@ def count_of(record):
     return int(record["int"]) if "int" in record else None
 
 
+ARGUMENT_ORDER = ("the value of context_length reached the dropout argument: CausalAttention and "
+                  "MultiHeadAttentionWrapper take (d_in, d_out, context_length, dropout, ...), in this order (or pass "
+                  "the arguments by name)")
+
+
+def raised_reading(what, record, context, hint=""):
+    """raised_message, naming the mistake where the error's words leave no doubt: nn.Dropout refusing the value of
+    context_length (the arguments passed out of order), or a layer size that is a float (width / num_heads)."""
+    message = str(record.get("message"))
+    if context > 1 and re.search(rf"dropout probability has to be between 0 and 1, but got {context}(\.0)?\b",
+                                 message):
+        return NamedMistake(raised_message(what, record, ARGUMENT_ORDER))
+    if re.search(r"must be tuple of ints, but found element of type float", message):
+        return NamedMistake(raised_message(what, record, "a layer size is a float (width / num_heads is a float even "
+                                                         "when it divides): layer sizes are ints, width // num_heads"))
+    return raised_message(what, record, hint)
+
+
+def joined_problem(what, record, outs):
+    """A message naming how the heads' outputs `outs` were joined, when a usual wrong way gives the student's output
+    `record`; None when none does."""
+    if "tensor" not in record:
+        return None
+    mine, right = tensor_of(record).double(), torch.cat(outs, dim=-1)
+    ways = [
+        (f"the heads' outputs are joined along the tokens (dim=1): {CONCAT}", lambda: torch.cat(outs, dim=1)),
+        (f"the heads' outputs are joined along the batch (dim=0): {CONCAT}", lambda: torch.cat(outs, dim=0)),
+        (f"torch.stack puts the heads in a new dimension: {CONCAT}", lambda: torch.stack(outs, dim=-1)),
+        (f"torch.stack puts the heads in a new dimension: {CONCAT}", lambda: torch.stack(outs, dim=-2)),
+        (f"torch.stack puts the heads in a new dimension: {CONCAT}", lambda: torch.stack(outs, dim=0)),
+        (f"torch.stack puts the heads in a new dimension: {CONCAT}", lambda: torch.stack(outs, dim=1)),
+        ("the heads' columns are interleaved (column 0 of every head, then column 1, ...: torch.stack(..., dim=-1) "
+         f"flattened): {CONCAT}", lambda: torch.stack(outs, dim=-1).flatten(-2)),
+        (f"the heads' outputs are added, not set side by side: {CONCAT}", lambda: sum(outs)),
+        (f"the heads' outputs are averaged, not set side by side: {CONCAT}", lambda: sum(outs) / len(outs)),
+        (f"the heads are joined in reverse order: {CONCAT}", lambda: torch.cat(outs[::-1], dim=-1)),
+        (f"only the first head's output is returned: {CONCAT}", lambda: outs[0]),
+    ]
+    for hint, way in ways:
+        candidate = way()
+        if candidate.shape == right.shape and torch.allclose(candidate, right, atol=1e-5, rtol=1e-4):
+            continue
+        if candidate.shape == mine.shape and torch.allclose(mine, candidate, atol=1e-5, rtol=1e-4):
+            return NamedMistake(f"{what}: the output is the heads' outputs joined the wrong way (shape "
+                                f"{tuple(mine.shape)}, expected {tuple(right.shape)})\n  likely mistake: {hint}")
+    return None
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Part 1: the output
 # ---------------------------------------------------------------------------------------------------------------
@@ -70,11 +120,17 @@ def output_check(inputs, on, d_in, d_out, context, num_heads, bias, x, cut=None,
     def judge(got, want):
         found = first_raised(got)
         if found and found[0] == 0:
-            return raised_message(what, found[1], CREATE_HEADS)
+            return raised_reading(what, found[1], context, CREATE_HEADS)
         if got[0] != want[0]:
             return with_hint(f"{what}: self.heads holds {count_of(got[0])} heads, not num_heads", CREATE_HEADS)
         if found:
-            return raised_message(what, found[1], "" if found[0] <= num_heads else
+            sizes = re.search(r"copying a param with shape torch.Size\(\[(\d+), \d+\]\) from checkpoint, the shape in "
+                              r"current model is torch.Size\(\[(\d+), \d+\]\)", str(found[1].get("message")))
+            if 1 <= found[0] <= num_heads and sizes and int(sizes[1]) == d_out and int(sizes[2]) == d_out // num_heads:
+                return NamedMistake(raised_message(what, found[1], "each head was built with d_out // num_heads: in "
+                                                   "this wrapper d_out is the width of every head, CausalAttention("
+                                                   "d_in, d_out, ...), and the output is d_out * num_heads wide"))
+            return raised_reading(what, found[1], context, "" if found[0] <= num_heads else
                                   "run every head on x and concatenate: " + CONCAT)
         for h in range(num_heads):
             problem = compare(got[1 + h], want[1 + h], f"{what}: head {h}", EXACT)
@@ -90,6 +146,12 @@ def output_check(inputs, on, d_in, d_out, context, num_heads, bias, x, cut=None,
                                         PASS_BIAS)
                 if problem:
                     return problem
+        loaded = [{name: tensor_of({"tensor": t}).double() for name, t in got[heads + h]["state"].items()
+                   if name != "mask"} for h in range(num_heads)]
+        outs = [causal_attention_64(w, x.double()) for w in loaded]
+        named = joined_problem(what, got[out], outs)
+        if named:
+            return named
         problem = None
         for index in range(out, x_after):
             problem = problem or shape_problem(
@@ -153,7 +215,7 @@ def registered_check(d_in, d_out, context, rate, num_heads, bias):
     def judge(got, want):
         found = first_raised(got)
         if found:
-            return raised_message(what, found[1], CREATE_HEADS)
+            return raised_reading(what, found[1], context, CREATE_HEADS)
         mine = {str(entry[0]) for entry in got[0].get("parameters", [])}
         theirs = {str(entry[0]) for entry in want[0]["parameters"]}
         problem = compare(got[0], want[0], f"{what}: its registered parameters", EXACT) or (
@@ -161,7 +223,8 @@ def registered_check(d_in, d_out, context, rate, num_heads, bias):
         if problem:
             names = mine ^ theirs
             only_biases = names and all(name.endswith(".bias") for name in names)
-            return with_hint(problem, PASS_BIAS if only_biases else REGISTERED)
+            named = heads_registered_mistake(what, got[0].get("parameters", []), want[0]["parameters"], num_heads)
+            return named or with_hint(problem, PASS_BIAS if only_biases else REGISTERED)
         for h in range(1, num_heads):
             if torch.equal(tensor_of(got[1]).double(), tensor_of(got[1 + h]).double()):
                 return with_hint(f"{what}: heads 0 and {h} start with identical weights",
@@ -170,6 +233,32 @@ def registered_check(d_in, d_out, context, rate, num_heads, bias):
         return None
 
     return Check(what, p, judge=judge)
+
+
+def heads_registered_mistake(what, mine, theirs, num_heads):
+    """A message naming why the wrapper's registered parameters (probe entries [name, shape, requires_grad, (first
+    name of a tied tensor)]) differ from num_heads separate heads', when they leave no doubt; None otherwise."""
+    if not mine:
+        return NamedMistake(f"{what} has no registered parameters\n  likely mistake: self.heads is not a module "
+                            "PyTorch looks into (a Python list or tuple hides the heads): keep them in nn.ModuleList")
+    names = [str(entry[0]) for entry in mine]
+    if names != [str(entry[0]) for entry in theirs]:
+        return None
+    if num_heads > 1 and all(len(entry) > 3 and str(entry[3]).startswith("heads.0.") for entry in mine
+                             if not str(entry[0]).startswith("heads.0.")):
+        return NamedMistake(f"{what}: every entry of self.heads is the same module, head 0\n  likely mistake: one "
+                            "head repeated: one CausalAttention object is used num_heads times ([head] * num_heads, "
+                            "or one head appended in a loop): create a new CausalAttention for every head")
+    sizes = {str(e[0]): list(e[1]) for e in mine}
+    wanted = {str(e[0]): list(e[1]) for e in theirs}
+    query = next((name for name in wanted if name.endswith("W_query.weight")), None)
+    if query and sizes != wanted and all(len(sizes[n]) == len(wanted[n]) for n in wanted):
+        width, d_out = sizes[query][0], wanted[query][0]
+        if width == d_out // num_heads:
+            return NamedMistake(f"{what}: each head is {width} wide instead of d_out={d_out}\n  likely mistake: each "
+                                "head was built with d_out // num_heads: in this wrapper d_out is the width of every "
+                                "head, CausalAttention(d_in, d_out, ...), and the output is d_out * num_heads wide")
+    return None
 
 
 def modes_check(on, d_in, d_out, context, rate, num_heads, bias, x):
@@ -186,7 +275,7 @@ def modes_check(on, d_in, d_out, context, rate, num_heads, bias, x):
     def judge(got, want):
         found = first_raised(got)
         if found:
-            return raised_message(what, found[1])
+            return raised_reading(what, found[1], context)
         other = next((g for g in got if "tensor" not in g), None)  # the output's shape is Part 1's business
         if other is not None:
             return f"{what}: the output should be a torch.Tensor, got {describe(other)}"
@@ -208,9 +297,28 @@ def modes_check(on, d_in, d_out, context, rate, num_heads, bias, x):
 
 
 def num_heads_error(num_heads):
+    """MultiHeadAttentionWrapper(..., num_heads) must raise; for num_heads=0, the wrapper is first built with
+    num_heads=-1 (what it raised kept), to tell a check that lets 0 through from no check at all."""
+    what = f"{WRAPPER}(3, 2, 6, 0.0, num_heads={num_heads})"
     p = Program()
+    if num_heads == 0:
+        p.call(G(WRAPPER), 3, 2, 6, 0.0, num_heads=-1, catch=True)
     p.call(G(WRAPPER), 3, 2, 6, 0.0, num_heads=num_heads)
-    return expect_value_error(f"{WRAPPER}(3, 2, 6, 0.0, num_heads={num_heads})", p, "num_heads")
+    check = expect_value_error(what, p, "num_heads")
+    judge = check.judge
+
+    def named(got, want):
+        problem = judge(got, want)
+        caught = got[0].get("caught") if num_heads == 0 and got and isinstance(got[0], dict) else None
+        if problem and num_heads == 0 and isinstance(caught, dict) and caught.get("raised") == "ValueError" and not (
+                "raised" in got[-1]):
+            return NamedMistake(f"{what} did not raise a ValueError, though num_heads=-1 does\n  likely mistake: the "
+                                "check lets num_heads=0 through: a wrapper needs at least one head, num_heads < 1 "
+                                "(not num_heads < 0) must raise")
+        return problem
+
+    check.judge = named
+    return check
 
 
 def wrapper_heads(inputs):
@@ -275,7 +383,7 @@ def width_check(d_in, context, width, num_heads, rate=None, bias=None):
     def judge(got, want):
         found = first_raised(got)
         if found and found[0] == 0:
-            return raised_message(what, found[1])
+            return raised_reading(what, found[1], context)
         if got[0] != want[0]:
             return with_hint(f"{what} should return a {WRAPPER}, got a {str(got[0].get('str'))[:60]}",
                              f"return {WRAPPER}(...)")
@@ -286,6 +394,16 @@ def width_check(d_in, context, width, num_heads, rate=None, bias=None):
         settings = [plain(record) for record in got[2:2 + 2 * size]]
         mine, theirs = settings[:size], settings[size:]
         widths = mine[1::len(FIELDS)]
+        built = theirs[1::len(FIELDS)]
+        if sum(widths) != width and widths == built and width % num_heads == 0 and built != [width // num_heads] * (
+                num_heads):
+            return NamedMistake(f"the heads of {what} are {widths} wide, and so are those of your {WRAPPER}(d_in, "
+                                f"{width // num_heads}, ...)\n  likely mistake: the class of Part 1 builds its heads "
+                                "with another width than its d_out: each head is CausalAttention(d_in, d_out, ...)")
+        if num_heads > 1 and widths == [width] * num_heads:
+            return NamedMistake(f"the heads of {what} are each {width} wide, together {width * num_heads}\n  likely "
+                                "mistake: every head got the whole width: d_out is each head's width, and the heads "
+                                "share `width`: d_out = width // num_heads")
         if sum(widths) != width:
             return with_hint(f"the heads of {what} have widths {widths}, which add up to {sum(widths)} instead of "
                              f"width={width}", "the output width is d_out * num_heads, so each head gets d_out = "
@@ -302,10 +420,22 @@ def width_check(d_in, context, width, num_heads, rate=None, bias=None):
 
 
 def width_error(width, num_heads):
+    what = f"wrapper_with_output_width(3, 6, width={width}, num_heads={num_heads})"
     p = Program()
     p.call(G("wrapper_with_output_width"), 3, 6, width=width, num_heads=num_heads)
-    return expect_value_error(f"wrapper_with_output_width(3, 6, width={width}, num_heads={num_heads})", p,
-                              "num_heads")
+    check = expect_value_error(what, p, "num_heads")
+    judge = check.judge
+
+    def named(got, want):
+        problem = judge(got, want)
+        if problem and num_heads >= 1 and not (got and "raised" in got[-1]):
+            return NamedMistake(f"{what} did not raise a ValueError\n  likely mistake: nothing checks that the heads "
+                                f"can share the width: {width} is not divisible by {num_heads} "
+                                "(width % num_heads != 0), which must raise ValueError naming num_heads")
+        return problem
+
+    check.judge = named
+    return check
 
 
 def wrapper_with_output_width(inputs):
@@ -343,6 +473,8 @@ def alibi_logits(scores, slope, behind, mistake):
         return scores - slope * behind
     if mistake == "both_ways":
         return scores - slope * behind.abs()
+    if mistake == "scores_times":
+        return (scores * torch.exp(-slope * behind)).masked_fill(hidden, float("-inf"))
     if mistake == "base_2":
         return (scores - slope * behind * torch.log(torch.tensor(2.0, dtype=scores.dtype))).masked_fill(
             hidden, float("-inf"))
@@ -392,6 +524,8 @@ ALIBI_MISTAKES = [
                "still blocked"),
     ("both_ways", "the future must stay hidden: a penalty on |i - j| does not block the keys after the query"),
     ("base_2", "the factor is exp(-m * d), base e, not 2 ** (-m * d)"),
+    ("scores_times", "the factor exp(-m * (i - j)) multiplied the scores: it multiplies the weights (the softmax's "
+                     "output), which is the same as subtracting m * (i - j) from the scaled scores"),
     ("first", "head h uses slopes[h]; here every head used the first slope"),
     ("reversed", "head h uses slopes[h], in the order of slopes"),
 ]
@@ -483,9 +617,24 @@ def alibi_output_check(inputs, on, d_in, d_out, context, slopes, bias, x):
 
 
 def slopes_error(slopes):
+    what = f"{ALIBI}(3, 2, 6, 0.0, slopes={slopes})"
     p = Program()
     p.call(G(ALIBI), 3, 2, 6, 0.0, slopes=slopes)
-    return expect_value_error(f"{ALIBI}(3, 2, 6, 0.0, slopes={slopes})", p, "slopes")
+    check = expect_value_error(what, p, "slopes")
+    judge = check.judge
+    let_through = ("an empty list of slopes is let through: with no slope there is no head, which must raise "
+                   "ValueError naming slopes" if not slopes else
+                   "a negative slope is let through: it would make far tokens weigh more, so every slope below 0 must "
+                   "raise ValueError naming slopes")
+
+    def named(got, want):
+        problem = judge(got, want)
+        if problem and not (got and "raised" in got[-1]):
+            return NamedMistake(f"{what} did not raise a ValueError\n  likely mistake: {let_through}")
+        return problem
+
+    check.judge = named
+    return check
 
 
 def alibi_registered_check(d_in, d_out, context, rate, slopes, bias, x):

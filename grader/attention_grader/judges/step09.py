@@ -4,19 +4,30 @@ Known mistakes are recognised by running the answer key with its `causal_mask_wi
 mask: the answer key's attention and module call it, so a student's module that aligns its mask the wrong way (by
 hand, or through SDPA's is_causal=True) computes what the replaced answer key computes.
 """
+import functools
 import math
 
 import torch
+import torch.nn.functional as F
 
-from attention_grader.judging import (G, Check, Expect, Inputs, Program, call_check, compare, default_judge,
-                                      expect_value_error, raised_message)
-from attention_grader.judges.common import (ANY_VALUES, attention_state, dropout_check, first_raised, random_chunks,
-                                            tensor_of, with_hint)
+from attention_grader.judging import (G, Check, Expect, Inputs, NamedMistake, Program, call_check, compare,
+                                      default_judge, expect_value_error, raised_message)
+from attention_grader.judges.common import (ANY_VALUES, attention_state, by_running, dropout_check, first_raised,
+                                            matched_records, random_chunks, same_raise, tensor_of, with_hint)
 
-TOP_LEFT = ("the causal mask is aligned to the top-left corner, as SDPA's is_causal=True does when T_q != T_k: a new "
-            "query i is token T_k - T_q + i and may see keys 0 .. T_k - T_q + i (the mask's diagonal ends in the "
-            "bottom-right corner)")
+TOP_LEFT = ("the causal mask is aligned to the top-left corner, as if the new queries were the first T_q tokens (what "
+            "SDPA's is_causal=True, or a causal mask cut to [:T_q, :T_k], gives when T_q != T_k): a new query i is "
+            "token T_k - T_q + i and may see keys 0 .. T_k - T_q + i (the mask's diagonal ends in the bottom-right "
+            "corner)")
 OFF_BY_ONE = "the offset is off by one: query i may see keys 0 .. T_k - T_q + i, itself included, and no later key"
+SEES_NEXT = ("the offset is off by one: each new query also sees the next token's key (the diagonal is one column too "
+             "far right); query i may see keys 0 .. T_k - T_q + i, itself included, and no later key")
+BLOCKS_ITSELF = ("the offset is off by one: each new query is blocked from its own key (>= where > belongs, or the "
+                 "diagonal one column too far left); query i may see keys 0 .. T_k - T_q + i, itself included")
+SIGN_FLIPPED = ("the offset has the wrong sign: the diagonal of the new queries' mask moves right by t_k - t_q "
+                "(triu(diagonal=t_k - t_q + 1)), not left by it: query i may see keys 0 .. t_k - t_q + i")
+SWAPPED = ("the mask came out (t_k, t_q): the keys run along the rows and the queries along the columns; compare the "
+           "key positions as a row (k_pos[None, :]) with the query positions as a column (q_pos[:, None])")
 CONVENTION = "True means blocked (step 04's convention), the opposite of SDPA's attn_mask"
 CACHE_HINT = ("with use_cache=True the new queries attend to the kept keys and values and the new ones (torch.cat "
               "along the tokens, dim 2 of (b, num_heads, T, head_dim)), with the mask aligned to the bottom-right "
@@ -37,9 +48,13 @@ def mask_seeing_one_more(t_q, t_k):
     return torch.ones(t_q, t_k, dtype=torch.bool).triu(t_k - t_q + 2)
 
 
+def mask_sign_flipped(t_q, t_k):
+    return torch.ones(t_q, t_k, dtype=torch.bool).triu(t_q - t_k + 1)
+
+
 MASK_MISTAKES = ((TOP_LEFT, {"causal_mask_with_offset": top_left_mask}),
-                 (OFF_BY_ONE, {"causal_mask_with_offset": mask_seeing_one_less}),
-                 (OFF_BY_ONE, {"causal_mask_with_offset": mask_seeing_one_more}))
+                 (BLOCKS_ITSELF, {"causal_mask_with_offset": mask_seeing_one_less}),
+                 (SEES_NEXT, {"causal_mask_with_offset": mask_seeing_one_more}))
 
 
 def mask_check(t_q, t_k):
@@ -52,6 +67,8 @@ def mask_check(t_q, t_k):
         if found:
             return raised_message(what, found[1])
         problem = compare(got[0], want[0], what, ANY_VALUES) if "tensor" not in got[0] else None
+        if not problem and t_q != t_k and got[0]["tensor"]["shape"] == [t_k, t_q]:
+            return NamedMistake(with_hint(compare(got[0], want[0], what, ANY_VALUES), SWAPPED))
         if problem or got[0]["tensor"]["shape"] != want[0]["tensor"]["shape"]:
             return with_hint(problem or compare(got[0], want[0], what, ANY_VALUES), "one row per new query (t_q), "
                              "one column per key (t_k)")
@@ -62,12 +79,13 @@ def mask_check(t_q, t_k):
         actual, expected = tensor_of(got[0]).bool(), tensor_of(want[0]).bool()
         if torch.equal(actual, expected):
             return None
-        for mistake, hint in ((top_left_mask, TOP_LEFT), (mask_seeing_one_less, OFF_BY_ONE),
-                              (mask_seeing_one_more, OFF_BY_ONE)):
+        for mistake, hint in ((top_left_mask, TOP_LEFT), (mask_seeing_one_less, BLOCKS_ITSELF),
+                              (mask_seeing_one_more, SEES_NEXT), (mask_sign_flipped, SIGN_FLIPPED)):
             if torch.equal(actual, mistake(t_q, t_k)):
-                return with_hint(f"{what} has the wrong entries ({int((actual != expected).sum())} differ)", hint)
-        if torch.equal(actual, ~expected):
-            return with_hint(f"{what} is True exactly where attention is allowed", CONVENTION)
+                return NamedMistake(with_hint(f"{what} has the wrong entries ({int((actual != expected).sum())} "
+                                              "differ)", hint))
+        if torch.equal(actual, ~expected) and bool(expected.any()):  # t_q = 1: the right mask is all False
+            return NamedMistake(with_hint(f"{what} is True exactly where attention is allowed", CONVENTION))
         return with_hint(f"{what} has the wrong entries ({int((actual != expected).sum())} differ)",
                          "True above the diagonal that ends in the bottom-right corner: j > t_k - t_q + i")
 
@@ -81,6 +99,44 @@ def causal_mask_with_offset(inputs):
     return [mask_check(t_q, t_k) for t_q, t_k in sizes]
 
 
+def _right_blocked(t_q, t_k):
+    return torch.ones(t_q, t_k, dtype=torch.bool).triu(t_k - t_q + 1)
+
+
+def mistaken_cached(queries, keys, values, scale="sqrt", fill=float("-inf"), after_softmax=False, dim=-1,
+                    sdpa_mask=False, dot_t=False):
+    """cached_attention with one mistake put in."""
+    t_q, t_k, d = queries.shape[-2], keys.shape[-2], queries.shape[-1]
+    blocked = _right_blocked(t_q, t_k)
+    if sdpa_mask:  # Part 1's mask (True = blocked) given to SDPA, which reads True as "may attend"
+        return F.scaled_dot_product_attention(queries, keys, values, attn_mask=blocked)
+    scores = queries @ (keys.T if dot_t else keys.transpose(-2, -1))
+    scores = scores / {"sqrt": d ** 0.5, "d": d, "none": 1}[scale]
+    if after_softmax:
+        return torch.softmax(scores, dim=-1).masked_fill(blocked, 0.0) @ values
+    return torch.softmax(scores.masked_fill(blocked, fill), dim=dim) @ values
+
+
+def cached_mistake(hint, **wrong):
+    return hint, {"cached_attention": functools.partial(mistaken_cached, **wrong)}
+
+
+CACHED_MISTAKES = (
+    cached_mistake(CONVENTION + ": F.scaled_dot_product_attention got Part 1's mask (True = blocked) as attn_mask, "
+                   "so each query attends exactly to the keys it must not see; pass ~mask", sdpa_mask=True),
+    cached_mistake("the scores are divided by head_dim: divide them by sqrt(head_dim)", scale="d"),
+    cached_mistake("the scores are not scaled: divide them by sqrt(head_dim) before the softmax", scale="none"),
+    cached_mistake("the blocked scores are set to 0 instead of -inf: exp(0) = 1, so the blocked keys still get weight; "
+                   "masked_fill them with float('-inf') before the softmax", fill=0.0),
+    cached_mistake("the mask is applied after the softmax: zeroing weights leaves rows that no longer sum to 1; put "
+                   "-inf in the blocked scores before the softmax", after_softmax=True),
+    cached_mistake("the softmax runs over the queries (dim=-2): each query's weights over the keys must sum to 1, so "
+                   "take it over the last dimension", dim=-2),
+    cached_mistake("keys.T reverses every dimension of a batched tensor (and is deprecated beyond 2-D): use "
+                   "keys.transpose(-2, -1) to swap the last two only", dot_t=True),
+)
+
+
 def cached_attention(inputs):
     hint = ("scores / sqrt(head_dim), the causal mask with the offset T_k - T_q (Part 1), softmax over the keys, "
             "then @ values")
@@ -90,9 +146,98 @@ def cached_attention(inputs):
         queries, keys, values = (inputs.randn(*leading, t, head_dim) for t in (t_q, t_k, t_k))
         check = call_check(f"cached_attention with random {tuple(queries.shape)} queries and {tuple(keys.shape)} keys "
                            "and values", "cached_attention", queries, keys, values, hint=hint, atol=1e-5, rtol=1e-5)
-        check.mistakes = MASK_MISTAKES
-        checks.append(check)
+        checks.append(by_running(check, MASK_MISTAKES + CACHED_MISTAKES))
     return checks
+
+
+class MistakenCache(torch.nn.Module):
+    """The answer key's MultiHeadAttentionWithCache with one mistake put in: the cache concatenated along `cat_dim`,
+    the scores divided by the square root of `scale_by` ("head_dim", "d_out")."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, cat_dim=2,
+                 scale_by="head_dim"):
+        super().__init__()
+        if num_heads < 1 or d_out % num_heads:
+            raise ValueError("num_heads must divide d_out")
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.context_length, self.cat_dim, self.scale_by = context_length, cat_dim, scale_by
+        self.W_query = torch.nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = torch.nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = torch.nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = torch.nn.Linear(d_out, d_out)
+        self.dropout = torch.nn.Dropout(dropout)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length, dtype=torch.bool), 1))
+        self.kept_keys = self.kept_values = None
+
+    def reset_cache(self):
+        self.kept_keys = self.kept_values = None
+
+    def forward(self, inputs, use_cache=False):
+        batch, new, _ = inputs.shape
+        kept = self.kept_keys.shape[2] if use_cache and self.kept_keys is not None else 0
+        if kept + new > self.context_length:
+            raise ValueError("context_length exceeded")
+        queries, keys, values = (w(inputs).view(batch, new, self.num_heads, self.head_dim).transpose(1, 2)
+                                 for w in (self.W_query, self.W_key, self.W_value))
+        if use_cache:
+            if self.kept_keys is not None:
+                keys = torch.cat([self.kept_keys, keys], dim=self.cat_dim)
+                values = torch.cat([self.kept_values, values], dim=self.cat_dim)
+            self.kept_keys, self.kept_values = keys, values
+        scores = queries @ keys.transpose(-2, -1)
+        scores = scores.masked_fill(_right_blocked(new, keys.shape[2]), float("-inf"))
+        scale = self.head_dim if self.scale_by == "head_dim" else self.d_out
+        weights = self.dropout(torch.softmax(scores / scale ** 0.5, dim=-1))
+        context = weights @ values
+        return self.out_proj(context.transpose(1, 2).reshape(batch, new, self.d_out))
+
+
+CACHE_MISTAKES = MASK_MISTAKES + (
+    ("the kept keys and values are concatenated along the heads (dim 1 of (b, num_heads, T, head_dim)): the new "
+     "tokens' keys and values go after the kept ones along the tokens, torch.cat(..., dim=2)",
+     {"MultiHeadAttentionWithCache": functools.partial(MistakenCache, cat_dim=1)}),
+    ("the scores are divided by sqrt(d_out): each head's scores are divided by sqrt(head_dim), head_dim = d_out // "
+     "num_heads", {"MultiHeadAttentionWithCache": functools.partial(MistakenCache, scale_by="d_out")}),
+)
+RESET_HINT = ("reset_cache() did not forget everything: after it, a call raised ValueError as if the earlier tokens "
+              "were still kept; reset the kept keys and values and any count of kept tokens (a position) with them")
+
+
+PLAIN_WROTE = ("the call without the cache changed the cache: every cached call before it was right, and the first "
+               "one after it is wrong; use_cache=False must neither read nor write the kept keys and values (or a "
+               "count of them)")
+
+
+def first_wrong(check, got, want):
+    """The index of the first record of `got` that differs from `want` (or raised), None when all agree."""
+    for index, (w, expect) in enumerate(zip(want, check.program.expects)):
+        if index >= len(got) or "raised" in got[index] or "raised" in w:
+            return index
+        if compare(got[index], w, expect.label, Expect("", atol=1e-5, rtol=1e-5)):
+            return index
+    return None
+
+
+def cache_state_mistakes(check, later, after_plain):
+    """`check`, naming a ValueError raised by a cached call of a sequence started by reset_cache() (record indices
+    `later`) when the tokens fit: what reset_cache() left behind still counts as kept; and a first wrong record that
+    is the cached call right after a call without the cache (index `after_plain`): that call changed the cache."""
+    judge = check.judge or (lambda got, want: default_judge(check, got, want))
+
+    def judged(got, want):
+        if first_raised(want):
+            return judge(got, want)
+        found = first_raised(got)
+        if found and found[0] in later and found[1].get("raised") == "ValueError":
+            return NamedMistake(raised_message(check.what, found[1], RESET_HINT))
+        problem = judge(got, want)
+        if problem and after_plain is not None and first_wrong(check, got, want) == after_plain:
+            head = problem.split("\n  likely mistake: ")[0]
+            return NamedMistake(with_hint(head, PLAIN_WROTE))
+        return problem
+
+    check.judge = judged
+    return check
 
 
 def cache_check(inputs, d_in, d_out, heads, context, num_tokens, b, bias, mode="eval"):
@@ -108,18 +253,23 @@ def cache_check(inputs, d_in, d_out, heads, context, num_tokens, b, bias, mode="
     p.record(p.call(module, p.tensor(x)), f"the output on a random {tuple(x.shape)} input without the cache",
              "without the cache it is step 7's computation: project, split heads, mask, softmax, merge, out_proj",
              atol=1e-5, rtol=1e-5)
-    for chunks in ([1] * num_tokens, random_chunks(inputs, num_tokens), [num_tokens]):
+    later, after_plain = set(), None
+    for sequence, chunks in enumerate(([1] * num_tokens, random_chunks(inputs, num_tokens), [num_tokens])):
         p.call(module.attr("reset_cache"))
         for first, size in zip(torch.tensor([0] + chunks).cumsum(0).tolist(), chunks):
             if size == 1 and first == num_tokens // 2:  # a call without the cache, between cached ones
                 p.record(p.call(module, p.tensor(x)), f"the output without the cache after {first} cached tokens",
                          "use_cache=False must neither read nor write the cache", atol=1e-5, rtol=1e-5)
+                after_plain = len(p.expects) if sequence == 0 else after_plain
+            if sequence:
+                later.add(len(p.expects))
             p.record(p.call(module, p.tensor(x[:, first:first + size]), use_cache=True),
                      f"the output of tokens {first}-{first + size - 1} with use_cache=True after {first} cached "
                      f"tokens (chunks {chunks})", CACHE_HINT, atol=1e-5, rtol=1e-5)
     p.record(p.call(module, p.tensor(x)), "the output without the cache after cached calls",
              "use_cache=False must not read the cache", atol=1e-5, rtol=1e-5)
-    return Check(f"{built} on a random {tuple(x.shape)} input", p, mistakes=MASK_MISTAKES)
+    check = matched_records(Check(f"{built} on a random {tuple(x.shape)} input", p, mistakes=CACHE_MISTAKES))
+    return cache_state_mistakes(check, later, after_plain)
 
 
 NEW_ONLY = ("a cached call projects only the new tokens: run W_key and W_value on x (the new tokens), concatenate "
@@ -307,16 +457,25 @@ def overflow_check(context, chunks, d_in=3):
     refused = len(chunks)  # after the loaded weights and the chunks that fit
 
     def judge(got, want):
+        if first_raised(want):  # a known mistake run in the answer key raised: the student's code must raise alike
+            return None if same_raise(got, want) else f"{what}: raised differently"
         if got and "raised" in got[0]:
             return raised_message(what, got[0])
         early = next((index for index, record in enumerate(got[1:refused], 1) if "raised" in record), None)
         if early is not None:
             return raised_message(f"{what}: chunk {early}, which fits in context_length", got[early],
                                   "the kept and new tokens may fill context_length exactly; raise only when they "
-                                  "would pass it")
+                                  "would pass it" if got[early]["raised"] == "ValueError" else "")
         caught = got[refused].get("caught", False) if len(got) > refused and isinstance(got[refused], dict) else False
         if caught is False:
             return f"{what}: what the last chunk raised was not recorded"
+        cache_works = all(not compare(got[index], want[index], "a chunk that fits", Expect("", atol=1e-5, rtol=1e-5))
+                          for index in range(1, refused))
+        if (cache_works and chunks[-1] <= context
+                and not (isinstance(caught, dict) and caught.get("raised") == "ValueError")):
+            return NamedMistake(with_hint(
+                f"{what}: the last chunk ({chunks[-1]} new tokens after {kept} kept, {kept + chunks[-1]} in all) did "
+                "not raise a ValueError", KEPT_NOT_COUNTED))
         problem = raises([*got[1:refused], *([caught] if caught else [])], want)
         if problem or len(got) <= refused + 1 or got[refused + 1].get("raised") != "ValueError":
             return problem  # another error of the cache is the cached-attention cell's to judge
@@ -325,7 +484,11 @@ def overflow_check(context, chunks, d_in=3):
                          "write the cache: a refused call must leave the cache as it was")
 
     raises = expect_value_error(what, p, "context_length").judge
-    return Check(what, p, judge=judge)
+    return Check(what, p, judge=judge, mistakes=CACHE_MISTAKES[len(MASK_MISTAKES):])
+
+
+KEPT_NOT_COUNTED = ("the kept tokens are not counted: with use_cache=True the check must compare the kept tokens plus "
+                    "the new ones with context_length, although x alone (the new tokens) fits")
 
 
 def attention_with_cache_arguments(inputs):
@@ -393,8 +556,8 @@ def with_mask_mistakes(check, masks):
                 return problem
             for mistake, hint in mistakes:
                 if torch.equal(actual.bool(), mistake):
-                    return with_hint(f"{check.what}: {label} has the wrong entries "
-                                     f"({int((actual.bool() != right).sum())} differ)", hint)
+                    return NamedMistake(with_hint(f"{check.what}: {label} has the wrong entries "
+                                                  f"({int((actual.bool() != right).sum())} differ)", hint))
         return problem
 
     check.judge = judge

@@ -10,7 +10,8 @@ import torch
 from attention_course import data
 from attention_grader.judging import (G, Check, Expect, Program, call_check, compare, expect_value_error,
                                       raised_message)
-from attention_grader.judges.common import SOFTMAX_OPS, first_raised, library_ops, with_hint
+from attention_grader.judging import NamedMistake
+from attention_grader.judges.common import SOFTMAX_OPS, by_running, first_raised, library_ops, with_hint
 from attention_course.memory import OpTrace
 
 SCORES = data.journey_inputs() @ data.journey_inputs().T
@@ -20,18 +21,32 @@ NO_SOFTMAX = ("the exercise asks you to write the loop: a running maximum and su
 NO_SDPA = ("write the loop over blocks of keys yourself, with a running maximum, sum and output per query (no softmax "
            "over whole rows of scores, no library attention: SDPA and its kernels are what it is compared with; the "
            "grader watches the operations your function runs, whatever name reached them)")
-NO_RESCALE = ("when the maximum grows from m to m_new, the sum so far was computed with the old maximum: multiply it "
-              "by exp(m - m_new) before adding the block's terms")
+NO_RESCALE = ("the running sum is not rescaled: when the maximum grows from m to m_new, the sum so far was computed "
+              "with the old maximum: multiply it by exp(m - m_new) before adding the block's terms")
+INVERTED = ("the result is nan everywhere, as when the sum is rescaled by exp(m_new - m) instead of exp(m - m_new): the "
+            "factor must shrink the old terms (m_new >= m), and with m = -inf at the start exp(m_new - m) is inf, "
+            "and inf * 0 is nan")
+NO_KEEPDIM = ("the running maximum and sum lost the row dimension (max, amax or sum without keepdim=True): a (rows,) "
+              "tensor does not line up with a (rows, block) block; keep them (..., 1) with keepdim=True")
+ALONG_ROWS = ("the blocks run along the first dimension (x[start:start + block_size] takes rows): the softmax is over "
+              "the last dimension, in blocks of columns x[..., start:start + block_size], with one running maximum and "
+              "sum per row")
+NO_SCALE = "the scores are not scaled: multiply queries @ keys_block^T by 1 / sqrt(d), d = queries.shape[-1]"
+SCALE_D = "the scores are divided by d: divide them by sqrt(d), d = queries.shape[-1]"
+DOT_T = ("keys_block.T reverses every dimension of a batched tensor (and is deprecated beyond 2-D): use "
+         "keys_block.transpose(-2, -1) to swap the last two only")
 NO_MAX = "exp of a large score overflows to inf: subtract the running maximum before exponentiating"
 MAX_FROM_ZERO = ("start the running maximum at -inf, not 0: when every score of a row is below about -88, "
                  "exp(score - 0) underflows to 0 and the row becomes 0 / 0")
 LAST_BLOCK = ("a block boundary is lost: the last block may be shorter than block_size and block_size may be larger "
               "than the row; range(0, T, block_size) with x[..., start:start + block_size] covers every column once")
-RESCALE_OUTPUT = ("the running output was computed with the old maximum too: multiply it by exp(m - m_new), like the "
-                  "sum, before adding p @ values_block")
+RESCALE_OUTPUT = ("the running output was computed with the old maximum too, and is not rescaled: multiply it by "
+                  "exp(m - m_new), like the sum, before adding p @ values_block")
 POSITIONS = ("in the block that starts at `start`, key j is token start + j: compare start + j with the query's "
              "position, not j")
 ITSELF = "a query may see its own key: mask the keys whose position is greater than the query's, not equal"
+CAUSAL_IGNORED = ("causal=True is ignored: no key is masked, so each query also sees the keys after it; mask the keys "
+                  "whose position (start + j) is greater than the query's")
 GENERIC_SOFTMAX = "m_new = max(m, block max); l = l * exp(m - m_new) + sum(exp(block - m_new)); at the end exp(x - m) / l"
 GENERIC_TILED = ("per block: s = queries @ keys_block^T / sqrt(d), m_new = max(m, s max), p = exp(s - m_new), "
                  "l = l * exp(m - m_new) + p sum, o = o * exp(m - m_new) + p @ values_block; at the end o / l")
@@ -46,20 +61,28 @@ def blocks(length, block_size, last_block=True):
     return range(0, end, block_size)
 
 
-def mistaken_softmax(x, block_size, rescale=True, subtract_max=True, last_block=True, max_from_zero=False):
-    m = x.new_full((*x.shape[:-1], 1), -torch.inf if subtract_max and not max_from_zero else 0.0)
-    l = x.new_zeros((*x.shape[:-1], 1))
+def mistaken_softmax(x, block_size, rescale=True, subtract_max=True, last_block=True, max_from_zero=False,
+                     inverted=False, keepdim=True):
+    kept = (1,) if keepdim else ()
+    m = x.new_full((*x.shape[:-1], *kept), -torch.inf if subtract_max and not max_from_zero else 0.0)
+    l = x.new_zeros((*x.shape[:-1], *kept))
     for j in blocks(x.shape[-1], block_size, last_block):
         x_j = x[..., j:j + block_size]
-        m_j = torch.max(m, x_j.max(-1, keepdim=True).values) if subtract_max else m
-        l = (l * (m - m_j).exp() if rescale else l) + (x_j - m_j).exp().sum(-1, keepdim=True)
+        m_j = torch.maximum(m, x_j.amax(-1, keepdim=keepdim)) if subtract_max else m
+        factor = (m_j - m).exp() if inverted else (m - m_j).exp()
+        l = (l * factor if rescale else l) + (x_j - m_j).exp().sum(-1, keepdim=keepdim)
         m = m_j
     return (x - m).exp() / l
 
 
+def softmax_along_rows(x, block_size):
+    """What blocks over the first dimension compute: a softmax over dimension 0."""
+    return torch.softmax(x, dim=0)
+
+
 def mistaken_attention(queries, keys, values, block_size, causal=False, rescale_sum=True, rescale_output=True,
                        subtract_max=True, last_block=True, global_positions=True, see_itself=True,
-                       max_from_zero=False):
+                       max_from_zero=False, scale="sqrt", dot_t=False, ignore_causal=False):
     t, d = keys.shape[-2], queries.shape[-1]
     m = queries.new_full((*queries.shape[:-1], 1), -torch.inf if subtract_max and not max_from_zero else 0.0)
     l = queries.new_zeros((*queries.shape[:-1], 1))
@@ -67,8 +90,8 @@ def mistaken_attention(queries, keys, values, block_size, causal=False, rescale_
     rows = torch.arange(queries.shape[-2]).unsqueeze(-1)
     for j in blocks(t, block_size, last_block):
         k_j, v_j = keys[..., j:j + block_size, :], values[..., j:j + block_size, :]
-        s_j = torch.matmul(queries, k_j.mT) / d ** 0.5
-        if causal:
+        s_j = torch.matmul(queries, k_j.T if dot_t else k_j.mT) / {"sqrt": d ** 0.5, "d": d, "none": 1}[scale]
+        if causal and not ignore_causal:
             cols = torch.arange(k_j.shape[-2]) + (j if global_positions else 0)
             s_j = s_j.masked_fill(cols > rows if see_itself else cols >= rows, -torch.inf)
         m_j = torch.max(m, s_j.max(-1, keepdim=True).values) if subtract_max else m
@@ -86,7 +109,10 @@ def mistake(hint, name, function, **wrong):
 SOFTMAX_MISTAKES = (mistake(NO_RESCALE, "online_softmax", mistaken_softmax, rescale=False),
                     mistake(MAX_FROM_ZERO, "online_softmax", mistaken_softmax, max_from_zero=True),
                     mistake(NO_MAX, "online_softmax", mistaken_softmax, subtract_max=False),
-                    mistake(LAST_BLOCK, "online_softmax", mistaken_softmax, last_block=False))
+                    mistake(LAST_BLOCK, "online_softmax", mistaken_softmax, last_block=False),
+                    mistake(INVERTED, "online_softmax", mistaken_softmax, inverted=True),
+                    mistake(NO_KEEPDIM, "online_softmax", mistaken_softmax, keepdim=False),
+                    (ALONG_ROWS, {"online_softmax": softmax_along_rows}))
 ATTENTION_MISTAKES = (mistake(RESCALE_OUTPUT, "tiled_attention", mistaken_attention, rescale_output=False),
                       mistake(NO_RESCALE, "tiled_attention", mistaken_attention, rescale_sum=False),
                       mistake(NO_RESCALE, "tiled_attention", mistaken_attention, rescale_sum=False,
@@ -95,7 +121,11 @@ ATTENTION_MISTAKES = (mistake(RESCALE_OUTPUT, "tiled_attention", mistaken_attent
                       mistake(NO_MAX, "tiled_attention", mistaken_attention, subtract_max=False),
                       mistake(LAST_BLOCK, "tiled_attention", mistaken_attention, last_block=False),
                       mistake(POSITIONS, "tiled_attention", mistaken_attention, global_positions=False),
-                      mistake(ITSELF, "tiled_attention", mistaken_attention, see_itself=False))
+                      mistake(ITSELF, "tiled_attention", mistaken_attention, see_itself=False),
+                      mistake(CAUSAL_IGNORED, "tiled_attention", mistaken_attention, ignore_causal=True),
+                      mistake(NO_SCALE, "tiled_attention", mistaken_attention, scale="none"),
+                      mistake(SCALE_D, "tiled_attention", mistaken_attention, scale="d"),
+                      mistake(DOT_T, "tiled_attention", mistaken_attention, dot_t=True))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -196,8 +226,7 @@ def online_softmax(inputs):
                       inputs.randn(*shape, scale=scale), block_size))
     for what, x, block_size in cases:
         check = call_check(what, "online_softmax", x, block_size, hint=GENERIC_SOFTMAX, atol=1e-5, rtol=1e-4)
-        check.mistakes = SOFTMAX_MISTAKES
-        checks.append(check)
+        checks.append(by_running(check, SOFTMAX_MISTAKES))
     checks += [one_pass_check(torch.arange(12, dtype=torch.float32) * 0.5, 3),
                one_pass_check(inputs.randn(10, scale=3.0), 4)]
     return checks
@@ -236,8 +265,8 @@ KEYS_AT_ONCE = ("an operation reads all the keys at once (blocks of queries agai
                 "output per query, and rescales them by exp(m - m_new) when the maximum grows")
 TWO_PASS_TILED = ("the first pass over the key blocks computes only the maxima, and the exponentials come in a second "
                   "pass: that is a two-pass softmax. The online algorithm computes each block's exponentials as soon "
-                  "as it reads the block, and rescales the running sum and output by exp(m - m_new) when the maximum "
-                  "grows")
+                  "as it reads the block, and multiplies the running sum and output by exp(m - m_new) when the "
+                  "maximum grows")
 EXPONENTIALS = ("exp", "logaddexp", "logsumexp", "sigmoid", "log_sigmoid", "softplus")
 
 
@@ -288,16 +317,14 @@ def attention_checks(inputs, causal):
                 + (", causal=True" if causal else ""))
         check = call_check(what, "tiled_attention", queries, keys, values, block_size,
                            hint=GENERIC_TILED, atol=1e-4, rtol=1e-4, **({"causal": True} if causal else {}))
-        check.mistakes = ATTENTION_MISTAKES
-        checks.append(check)
+        checks.append(by_running(check, ATTENTION_MISTAKES))
     # every score near -2000: a running maximum that starts at 0 underflows (in float64 too, so it is named)
     queries, keys = 40 + inputs.randn(2, 8, 4, scale=0.5), -25 + inputs.randn(2, 8, 4, scale=0.5)
     what = ("tiled_attention on (2, 8, 4) inputs whose scores are all near -2000, block_size=3"
             + (", causal=True" if causal else ""))
     check = call_check(what, "tiled_attention", queries, keys, inputs.randn(2, 8, 4), 3, hint=GENERIC_TILED,
                        atol=2e-3, rtol=1e-3, **({"causal": True} if causal else {}))
-    check.mistakes = ATTENTION_MISTAKES
-    checks.append(check)
+    checks.append(by_running(check, ATTENTION_MISTAKES))
     return checks + [kernel_check(inputs, causal), key_blocks_check(inputs, causal)]
 
 
@@ -399,6 +426,12 @@ EQUAL_AVERAGE = ("the two outputs were averaged with equal weights: each must co
 BOTH_EMPTY = ("a query that sees no key at all has lse_a = lse_b = -inf, and -inf - (-inf) is nan: give it an output "
               "row of zeros and lse = -inf")
 LSE_MAX = "the merged lse is log(exp(lse_a) + exp(lse_b)), not the larger of the two"
+SWAPPED_WEIGHTS = ("the weights are swapped: out_a counts by its own share exp(lse_a - lse) and out_b by exp(lse_b - "
+                   "lse), lse being the merged one")
+NO_LAST_AXIS = ("the weights have shape (..., T) and the outputs (..., T, d): give the weights a last axis "
+                "(w[..., None] or unsqueeze(-1)) so that each query's weight scales its whole output row")
+IN_PLACE = ("merge_attention changed its inputs (an in-place operation such as mul_, add_, *= or /= on out_a, "
+            "out_b, lse_a or lse_b): compute new tensors and leave the inputs as they were")
 
 
 def worker(queries, keys, values, first, causal):
@@ -411,7 +444,8 @@ def worker(queries, keys, values, first, causal):
     return torch.nan_to_num(torch.exp(scores - lse[..., None])) @ values, lse
 
 
-def _merge(out_a, lse_a, out_b, lse_b, naive=False, equal=False, guard=True, lse_max=False):
+def _merge(out_a, lse_a, out_b, lse_b, naive=False, equal=False, guard=True, lse_max=False, swapped=False,
+           nan_to_num=False, last_axis=True):
     top = torch.maximum(lse_a, lse_b)
     if guard:
         top = torch.where(torch.isinf(top), torch.zeros_like(top), top)
@@ -419,17 +453,39 @@ def _merge(out_a, lse_a, out_b, lse_b, naive=False, equal=False, guard=True, lse
         top = torch.zeros_like(top)
     weight_a, weight_b = torch.exp(lse_a - top), torch.exp(lse_b - top)
     total = weight_a + weight_b
+    if swapped:
+        weight_a, weight_b = weight_b, weight_a
+    if not last_axis:
+        return weight_a * out_a + weight_b * out_b, top + torch.log(total)
     if equal:
         merged = (out_a + out_b) / 2
     else:
         merged = (weight_a[..., None] * out_a + weight_b[..., None] * out_b) / (
             total.clamp_min(torch.finfo(total.dtype).tiny) if guard else total)[..., None]
+    if nan_to_num:
+        merged = torch.nan_to_num(merged)
     return merged, torch.maximum(lse_a, lse_b) if lse_max else top + torch.log(total)
 
 
 MERGE_MISTAKES = tuple((hint, {"merge_attention": functools.partial(_merge, **wrong)}) for hint, wrong in (
-    (NAIVE_EXP, {"naive": True}), (EQUAL_AVERAGE, {"equal": True}), (BOTH_EMPTY, {"guard": False}),
-    (LSE_MAX, {"lse_max": True})))
+    (NAIVE_EXP, {"naive": True}), (NAIVE_EXP, {"naive": True, "nan_to_num": True}), (EQUAL_AVERAGE, {"equal": True}),
+    (BOTH_EMPTY, {"guard": False}), (LSE_MAX, {"lse_max": True}), (SWAPPED_WEIGHTS, {"swapped": True}),
+    (NO_LAST_AXIS, {"last_axis": False})))
+
+
+def merge_by_running(check):
+    """`check` naming the usual merge mistakes by running them, and saying so when the inputs were changed."""
+    check = by_running(check, MERGE_MISTAKES)
+    judge = check.judge
+
+    def judged(got, want):
+        problem = judge(got, want)
+        if problem and not isinstance(problem, NamedMistake) and "its input after the call" in problem.split("\n")[0]:
+            return NamedMistake(with_hint(problem.split("\n  likely mistake: ")[0], IN_PLACE))
+        return problem
+
+    check.judge = judged
+    return check
 
 
 def merge_check(inputs, leading, num_tokens, d, split, causal, scale=1.0, swap=False):
@@ -443,8 +499,7 @@ def merge_check(inputs, leading, num_tokens, d, split, causal, scale=1.0, swap=F
             f"of random {tuple(queries.shape)} queries{', causal' if causal else ''}"
             f"{', scores in the thousands' if scale > 1 else ''}{', workers swapped' if swap else ''}")
     check = call_check(what, "merge_attention", a[0], a[1], b[0], b[1], hint=MERGE_HINT, atol=1e-6, rtol=1e-6)
-    check.mistakes = MERGE_MISTAKES
-    return check
+    return merge_by_running(check)
 
 
 def empty_check(inputs):
@@ -458,8 +513,7 @@ def empty_check(inputs):
     out_b[1, 2:] = 0.0
     check = call_check("merge_attention on rows where a worker, or both, saw no key (lse = -inf, output row zero)",
                        "merge_attention", out_a, lse_a, out_b, lse_b, hint=BOTH_EMPTY, atol=1e-6, rtol=1e-6)
-    check.mistakes = MERGE_MISTAKES
-    return check
+    return merge_by_running(check)
 
 
 def merge_attention(inputs):

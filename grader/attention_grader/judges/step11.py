@@ -14,11 +14,11 @@ import torch
 
 from attention_course.probe import decode_tensor
 
-from attention_grader.judging import (G, Check, Program, _kind, call_check, compare, default_judge,
+from attention_grader.judging import (G, Check, NamedMistake, Program, _kind, call_check, compare, default_judge,
                                       expect_value_error, raised_message)
 from attention_grader.judges.common import (ANY_VALUES, ATTENTION_SOFTMAX, dropout_check, first_raised, library_ops,
-                                            linear_state, random_chunks, shape_problem, tensor_of, with_hint,
-                                            with_other_hint)
+                                            linear_state, random_chunks, same_raise, shape_problem, tensor_of,
+                                            with_hint, with_other_hint)
 
 INTERLEAVED = ("the pairs are interleaved (x[2i], x[2i + 1]), the RoFormer paper's convention; this course uses "
                "rotate-half pairs (x[i], x[i + head_dim/2]), as Hugging Face's Llama does")
@@ -43,6 +43,29 @@ PARAMETERS = ("W_query = nn.Linear(d_in, d_out, bias=qkv_bias), W_key and W_valu
               "head_dim, bias=qkv_bias), out_proj = nn.Linear(d_out, d_out)")
 CACHE_HINT = ("with use_cache=True the new tokens attend to the kept keys and values and their own (torch.cat along "
               "the tokens), rotated at positions kept, kept + 1, ...; keep the concatenated keys and values")
+
+
+def raised_alike(got, want):
+    """The student's code raised where a known mistake run in the answer key raises: at the same record, the same
+    exception, and (but for a ValueError, whose words are the student's own) the same message."""
+    a, b = first_raised(got), first_raised(want)
+    if not a or not b or a[0] != b[0] or a[1]["raised"] != b[1]["raised"]:
+        return False
+    return a[1]["raised"] == "ValueError" or same_raise(got, want)
+
+
+def strictly(check):
+    """`check`, naming a mistake that raises only when the student's code raised alike (see raised_alike), not on
+    any exception of the same type at that record."""
+    judge = check.judge or (lambda got, want: default_judge(check, got, want))
+
+    def judged(got, want):
+        if first_raised(want):
+            return None if raised_alike(got, want) else f"{check.what}: raised differently"
+        return judge(got, want)
+
+    check.judge = judged
+    return check
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -91,11 +114,38 @@ def no_rope(x, positions, base=10000.0):
     return x
 
 
+def rope_one_rate(x, positions, base=10000.0):
+    return _rotated(x, _angles(x, positions, base, exponent_factor=0.0))
+
+
+def rope_overwriting_first_half(x, positions, base=10000.0):
+    angles = _angles(x, positions, base)
+    cos, sin, half = angles.cos(), angles.sin(), x.shape[-1] // 2
+    first, second = x[..., :half], x[..., half:]
+    x[..., :half] = first * cos - second * sin  # `first` is a view of x: it now holds the rotated numbers
+    x[..., half:] = first * sin + second * cos
+    return x
+
+
+def rope_angles_transposed(x, positions, base=10000.0):
+    return _rotated(x, _angles(x, positions, base).transpose(-2, -1))
+
+
+ONE_RATE = ("every pair turns by the same angle, one radian per position: the exponent -2 * i / head_dim came out 0 "
+            "(integer division, arange(0, head_dim, 2) // head_dim, or the index i left out); compute it in floats")
+OVERWRITTEN = ("the first half was written into x before the second half was computed from it: x[..., :half] is a "
+               "view of x, so x1 * sin + x2 * cos read the rotated numbers; compute both halves from the original x "
+               "into a new tensor (torch.cat), without writing into x")
+ANGLES_TRANSPOSED = ("the table of angles is (head_dim/2, T) where (T, head_dim/2) belongs: row t holds positions[t] "
+                     "times the frequencies, torch.outer(positions, freqs), not torch.outer(freqs, positions)")
 ROPE_MISTAKES = ((INTERLEAVED, {"apply_rope": interleaved_rope}),
                  (FREQUENCIES, {"apply_rope": rope_without_factor_two}),
                  (REVERSED, {"apply_rope": reversed_rope}),
                  (POSITIONS_IGNORED, {"apply_rope": rope_ignoring_positions}),
-                 (BASE_IGNORED, {"apply_rope": rope_ignoring_base}))
+                 (BASE_IGNORED, {"apply_rope": rope_ignoring_base}),
+                 (ONE_RATE, {"apply_rope": rope_one_rate}),
+                 (OVERWRITTEN, {"apply_rope": rope_overwriting_first_half}),
+                 (ANGLES_TRANSPOSED, {"apply_rope": rope_angles_transposed}))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -112,6 +162,36 @@ def random_positions(inputs, num_tokens):
     return torch.tensor([inputs.randint(0, 300) for _ in range(num_tokens)])
 
 
+def overwrite_named(check, x, positions, base):
+    """`check`, naming two mistakes that the answer key cannot run alike: the halves written into x one after the
+    other (run in the answer key it changes x in float64, never exactly the student's float32 x), computed here; and
+    a head_dim read from another dimension, read from the ValueError's numbers."""
+    judge = check.judge or (lambda got, want: default_judge(check, got, want))
+
+    def judged(got, want):
+        problem = judge(got, want)
+        found = first_raised(got)
+        if problem and found and found[1].get("raised") == "ValueError" and x.shape[-1] % 2 == 0:
+            said = [int(n) for n in re.findall(r"\d+", str(found[1].get("message")))]
+            dims = [k for k in range(x.dim() - 1) if x.shape[k] in said and x.shape[k] != x.shape[-1]]
+            if len(dims) == 1 and x.shape[-1] not in said:
+                return NamedMistake(raised_message(check.what, found[1], f"head_dim was read from x.shape[{dims[0]}] "
+                                                   f"= {x.shape[dims[0]]}, a dimension counted from the front: "
+                                                   "head_dim is the last dimension, x.shape[-1]"))
+        if problem and not isinstance(problem, NamedMistake) and got and _kind(got[0]) == "tensor":
+            try:
+                result = tensor_of(got[0])
+                expected = rope_overwriting_first_half(x.double().clone(), positions, base)
+                if result.shape == expected.shape and torch.allclose(result, expected, atol=1e-4, rtol=1e-4):
+                    return NamedMistake(with_other_hint(problem, OVERWRITTEN))
+            except (RuntimeError, ValueError, IndexError):
+                return problem
+        return problem
+
+    check.judge = judged
+    return check
+
+
 def apply_rope(inputs):
     checks = []
     cases = [((1,), 1, 4, None), ((2, 3), 5, 8, None), ((), 6, 2, 10.0), ((4,), 3, 6, 500.0), ((2, 1, 2), 7, 10, None),
@@ -125,7 +205,7 @@ def apply_rope(inputs):
         check = call_check(f"apply_rope on a random {tuple(x.shape)} tensor at {num_tokens} positions{written}",
                            "apply_rope", x, positions, hint=ROPE_HINT, atol=1e-4, rtol=1e-4, **kwargs)
         check.mistakes = ROPE_MISTAKES
-        checks.append(check)
+        checks.append(strictly(overwrite_named(check, x, positions, 10000.0 if base is None else base)))
     for shape in [(3, 5), (2, 4, 7), (1, 1)]:
         p = Program()
         p.call(G("apply_rope"), p.tensor(torch.zeros(shape)), p.tensor(torch.arange(shape[-2])))
@@ -173,6 +253,12 @@ def bfloat16_check(inputs):
 # Part 2: padding_mask
 # ---------------------------------------------------------------------------------------------------------------
 
+TRANSPOSED_MASK = ("the mask is (num_tokens, b), one row per position: compare positions[None, :] with "
+                   "lengths[:, None] for one row per sequence")
+MASK_NUMBERS = ("the mask holds numbers, not bools: keep the bool tensor a comparison gives (no .float(), .int() or "
+                "torch.where(..., 1, 0)), or convert with .bool()")
+
+
 def mask_check(lengths, num_tokens):
     what = f"padding_mask(torch.tensor({lengths}), {num_tokens})"
     p = Program()
@@ -181,13 +267,22 @@ def mask_check(lengths, num_tokens):
     def judge(got, want):
         found = first_raised(got)
         if found:
+            allowed = [words for edge, words in ((num_tokens, "a length equal to num_tokens (no padding)"),
+                                                 (0, "a length of 0 (all padding)")) if edge in lengths]
+            if found[1].get("raised") == "ValueError" and allowed and all(0 <= n <= num_tokens for n in lengths):
+                return NamedMistake(raised_message(what, found[1], f"{' and '.join(allowed)} is allowed: raise only "
+                                                                   "when a length is below 0 or above num_tokens"))
             return raised_message(what, found[1])
         if "tensor" not in got[0] or got[0]["tensor"]["shape"] != want[0]["tensor"]["shape"]:
+            if "tensor" in got[0] and tuple(got[0]["tensor"]["shape"]) == (num_tokens, len(lengths)) != (
+                    len(lengths), num_tokens):
+                return NamedMistake(with_hint(compare(got[0], want[0], what, ANY_VALUES) or f"{what} has the wrong "
+                                              "shape", TRANSPOSED_MASK))
             return with_hint(compare(got[0], want[0], what, ANY_VALUES) or f"{what} has the wrong shape",
                              "one row per sequence, one column per position")
         if got[0]["tensor"]["dtype"] != "bool":
             return with_hint(f"{what} should be a bool tensor (True = padding), got dtype "
-                             f"{str(got[0]['tensor']['dtype'])[:20]}", "compare positions with the lengths (>=)")
+                             f"{str(got[0]['tensor']['dtype'])[:20]}", MASK_NUMBERS)
         actual, expected = tensor_of(got[0]).bool(), tensor_of(want[0]).bool()
         if torch.equal(actual, expected):
             return None
@@ -199,7 +294,7 @@ def mask_check(lengths, num_tokens):
                             (positions < num_tokens - ends, "the padding goes at the end (right padding): the real "
                                                             "tokens come first")):
             if torch.equal(actual, wrong):
-                return with_hint(problem, hint)
+                return NamedMistake(with_hint(problem, hint))
         return with_hint(problem, "True at position j of sequence k when j >= lengths[k]")
 
     return Check(what, p, judge=judge)
@@ -238,7 +333,7 @@ def heads_of(x, state, name, num_heads):
 
 
 def attention_from(rotated, values_of, calls, state, num_heads, *, kv_order="grouped", mask="bottom_right",
-                   rotate_values=False):
+                   rotate_values=False, scale_width=None):
     """The module's outputs, call by call, computed here from rotated queries and keys (rotated[(start, size)] =
     (queries, keys, values rotated)): how the student's module should attend given the student's own apply_rope."""
     outputs, kept_keys, kept_values = [], None, None
@@ -254,7 +349,7 @@ def attention_from(rotated, values_of, calls, state, num_heads, *, kv_order="gro
         group = num_heads // keys.shape[1]
         reads = [h // group if kv_order == "grouped" else h % keys.shape[1] for h in range(num_heads)]
         keys, values = keys[:, reads], values[:, reads]
-        scores = queries @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5
+        scores = queries @ keys.transpose(-2, -1) / (scale_width or queries.shape[-1]) ** 0.5
         num_keys = keys.shape[2]
         offset = num_keys - size if mask == "bottom_right" else 0
         hidden = torch.arange(num_keys)[None, :] > torch.arange(size)[:, None] + offset
@@ -262,6 +357,21 @@ def attention_from(rotated, values_of, calls, state, num_heads, *, kv_order="gro
         merged = (weights @ values).transpose(1, 2).flatten(2)
         outputs.append(merged @ state["out_proj.weight"].double().T + state["out_proj.bias"].double())
     return outputs
+
+
+SCALED_D_OUT = ("the scores are divided by sqrt(d_out): each head's dot products have head_dim numbers, so divide by "
+                "sqrt(head_dim)")
+ROPE_BEFORE_SPLIT = ("RoPE rotated the whole projection (d_out numbers, pairs (i, i + d_out/2) across heads) before the "
+                     "heads were split: split the heads first, then rotate each head's head_dim numbers")
+
+
+def rotated_whole(x, state, name, num_heads, positions, base):
+    """x's projection rotated as one vector (head_dim = its whole width) by the course's rotation, then split into
+    (b, num_heads, T, head_dim): RoPE applied before the heads are split."""
+    projected = heads_of(x, state, name, 1)[:, 0]
+    turned = _rotated(projected, _angles(projected, positions, base))
+    b, num_tokens, width = turned.shape
+    return turned.view(b, num_tokens, num_heads, width // num_heads).transpose(1, 2)
 
 
 def gqa_check(inputs, d_in, d_out, heads, kv_heads, context, num_tokens, b, bias, base, mode="eval"):
@@ -334,9 +444,19 @@ def gqa_check(inputs, d_in, d_out, heads, kv_heads, context, num_tokens, b, bias
             if computes():
                 return None  # right, given the student's own apply_rope (Part 1 is graded there)
             for variant, hint in (({"rotate_values": True}, ROPE_ON_VALUES), ({"kv_order": "repeated"}, WRONG_ORDER),
-                                  ({"mask": "top_left"}, TOP_LEFT)):
+                                  ({"mask": "top_left"}, TOP_LEFT), ({"scale_width": d_out}, SCALED_D_OUT)):
                 if computes(**variant):
-                    return with_other_hint(problem, hint)
+                    return NamedMistake(with_other_hint(problem, hint))
+            if head_dim != d_out:  # RoPE on the whole projection, with the course's rotation
+                whole = {(start, size): (rotated_whole(x[:, start:start + size], state, "W_query", heads,
+                                                       torch.arange(start, start + size), base),
+                                         rotated_whole(x[:, start:start + size], state, "W_key", kv_heads,
+                                                       torch.arange(start, start + size), base), None)
+                         for start, size in spans}
+                expected = attention_from(whole, values_of, calls, state, heads)
+                if all(o.shape == e.shape and torch.allclose(o, e, atol=1e-4, rtol=1e-4)
+                       for o, e in zip(outputs, expected)):
+                    return NamedMistake(with_other_hint(problem, ROPE_BEFORE_SPLIT))
         except (RuntimeError, ValueError, IndexError, KeyError):
             return problem
         return problem
@@ -346,8 +466,10 @@ def gqa_check(inputs, d_in, d_out, heads, kv_heads, context, num_tokens, b, bias
                             (INTERLEAVED, {"apply_rope": interleaved_rope}),
                             (REVERSED, {"apply_rope": reversed_rope}),
                             (FREQUENCIES, {"apply_rope": rope_without_factor_two}),
-                            (NO_ROPE, {"apply_rope": no_rope})))
-    return check
+                            (NO_ROPE, {"apply_rope": no_rope}),
+                            (OVERWRITTEN, {"apply_rope": rope_overwriting_first_half}),
+                            (ANGLES_TRANSPOSED, {"apply_rope": rope_angles_transposed})))
+    return strictly(check)
 
 
 def grouped_query_attention(inputs):
@@ -390,6 +512,10 @@ def value_error_check(what, args, words, x=None, chunks=None):
                 any(re.search(rf"(?<![A-Za-z0-9_]){re.escape(w)}(?![A-Za-z0-9_])", str(last["message"]))
                     for w in words)):
             return None
+        if chunks and "raised" not in last:
+            return NamedMistake(f"{what} did not raise a ValueError\n  likely mistake: the kept tokens were not "
+                                "counted: every chunk fits on its own, but kept + new tokens pass context_length; "
+                                "check kept + new before you change the cache")
         return raises(got, want)
 
     check.judge = judge
@@ -436,6 +562,10 @@ PAD_GRADS = ("a fully blocked row gives nan weights in the forward pass, and bac
 PAD_HINT = ("block the padded keys for every query of their sequence, keep every row finite, zero the padded output "
             "rows; RoPE scores depend only on distances, so the real tokens need no other positions")
 PAD_ARGUMENT = "padding_mask"
+PAD_NOT_CAUSAL = ("with a padding_mask the causal mask was dropped: a key is blocked when it is padding or after the "
+                  "query (combine both masks with |)")
+MASK_AXES = ("the batch size ({b}) met the number of heads ({heads}) in dimension 1 of the scores (b, num_heads, T, T): "
+             "the (b, T) padding mask needs axes for the heads and the queries, padding_mask[:, None, None, :]")
 
 
 def padded_lengths(inputs, b, num_tokens, where):
@@ -451,7 +581,7 @@ def padded_lengths(inputs, b, num_tokens, where):
 
 
 def padded_attention(rotated, values, state, num_heads, pad, *, block_keys=True, kv_order="grouped",
-                     rotate_values=False):
+                     rotate_values=False, causal=True, scale_width=None):
     """The module's output on a padded batch, computed here from the student's own rotations (queries, keys,
     values rotated at positions 0 .. T-1): fillers' keys blocked, filler rows zero."""
     queries, keys, rotated_values = rotated
@@ -460,8 +590,8 @@ def padded_attention(rotated, values, state, num_heads, pad, *, block_keys=True,
     reads = [h // group if kv_order == "grouped" else h % keys.shape[1] for h in range(num_heads)]
     keys, values = keys[:, reads], values[:, reads]
     num_tokens = queries.shape[2]
-    scores = queries @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5
-    hidden = torch.ones(num_tokens, num_tokens, dtype=torch.bool).triu(1)
+    scores = queries @ keys.transpose(-2, -1) / (scale_width or queries.shape[-1]) ** 0.5
+    hidden = torch.ones(num_tokens, num_tokens, dtype=torch.bool).triu(1 if causal else num_tokens)
     if block_keys:
         hidden = hidden | pad[:, None, None, :]
     hidden = hidden & ~hidden.all(-1, keepdim=True)
@@ -501,17 +631,23 @@ def padded_check(inputs, d_in, d_out, heads, kv_heads, num_tokens, b, bias, base
         if problem is None:
             return None
         found = first_raised(got[:3])
+        if found and b != heads and re.search(rf"size of tensor a \(({b}|{heads})\) must match the size of tensor b "
+                                              rf"\(({b}|{heads})\) at non-singleton dimension 1\b",
+                                              str(found[1].get("message"))):
+            return NamedMistake(raised_message(what, found[1], MASK_AXES.format(b=b, heads=heads)))
         if found or len(got) < 3 or _kind(got[2]) != "tensor" or compare(got[0], want[0], "", ANY_VALUES):
             return problem
         out = tensor_of(got[2])
         if tuple(out.shape) != (b, num_tokens, d_out):
             return problem
         if not torch.isfinite(out).all():
-            return with_other_hint(f"{what}: the output contains nan or inf", PAD_NAN)
+            return NamedMistake(with_other_hint(f"{what}: the output contains nan or inf", PAD_NAN))
         if pad.any() and not torch.equal(out[pad], torch.zeros_like(out[pad])):
             if torch.allclose(out[pad], bias_row.expand_as(out[pad]), atol=1e-5):
-                return with_other_hint(f"{what}: the output rows of padded positions are not zero", PAD_BIAS)
-            return with_other_hint(f"{what}: the output rows of padded positions are not zero", PAD_NOT_ZERO)
+                return NamedMistake(with_other_hint(f"{what}: the output rows of padded positions are not zero",
+                                                    PAD_BIAS))
+            return NamedMistake(with_other_hint(f"{what}: the output rows of padded positions are not zero",
+                                                PAD_NOT_ZERO))
         rotations = got[3:]
         if len(rotations) != 3 or not all(_kind(r) == "tensor" for r in rotations):
             return problem
@@ -527,17 +663,27 @@ def padded_check(inputs, d_in, d_out, heads, kv_heads, num_tokens, b, bias, base
             if computes():
                 return None  # right, given the student's own apply_rope (Part 1 is graded there)
             for variant, hint in (({"block_keys": False}, KEYS_NOT_BLOCKED), ({"rotate_values": True}, ROPE_ON_VALUES),
-                                  ({"kv_order": "repeated"}, WRONG_ORDER)):
+                                  ({"kv_order": "repeated"}, WRONG_ORDER), ({"causal": False}, PAD_NOT_CAUSAL),
+                                  ({"scale_width": d_out}, SCALED_D_OUT)):
                 if computes(**variant):
-                    return with_other_hint(problem, hint)
+                    return NamedMistake(with_other_hint(problem, hint))
+            if head_dim != d_out:  # RoPE on the whole projection, with the course's rotation
+                positions = torch.arange(num_tokens)
+                whole = (rotated_whole(x, state, "W_query", heads, positions, base),
+                         rotated_whole(x, state, "W_key", kv_heads, positions, base), None)
+                expected = padded_attention(whole, values, state, heads, pad)
+                if torch.allclose(out, expected, atol=1e-4, rtol=1e-4):
+                    return NamedMistake(with_other_hint(problem, ROPE_BEFORE_SPLIT))
         except (RuntimeError, ValueError, IndexError, KeyError):
             return problem
         return problem
 
     check = Check(what, p, judge=judge, mistakes=((INTERLEAVED, {"apply_rope": interleaved_rope}),
                                                   (REVERSED, {"apply_rope": reversed_rope}),
-                                                  (NO_ROPE, {"apply_rope": no_rope})))
-    return check
+                                                  (NO_ROPE, {"apply_rope": no_rope}),
+                                                  (OVERWRITTEN, {"apply_rope": rope_overwriting_first_half}),
+                                                  (ANGLES_TRANSPOSED, {"apply_rope": rope_angles_transposed})))
+    return strictly(check)
 
 
 def gradient_check(inputs, d_in, d_out, heads, kv_heads, num_tokens, b):

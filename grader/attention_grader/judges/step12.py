@@ -14,10 +14,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-from attention_grader.judging import (G, Check, Program, _kind, compare, default_judge, expect_value_error, generator,
-                                      raised_message)
-from attention_grader.judges.common import (attention_state, first_raised, linear_state, random_chunks, tensor_of,
-                                            with_other_hint)
+from attention_grader.judging import (G, Check, NamedMistake, Program, _kind, compare, default_judge,
+                                      expect_value_error, generator, raised_message)
+from attention_grader.judges.common import (attention_state, first_raised, linear_state, random_chunks, same_raise,
+                                            tensor_of, with_other_hint)
 
 MHA_PARAMETERS = ("W_query, W_key, W_value = nn.Linear(d_in, d_out, bias=qkv_bias), out_proj = nn.Linear(d_out, "
                   "d_out), as in steps 07 and 09")
@@ -34,6 +34,11 @@ POST_LN = ("this is a post-LayerNorm block (norm after the residual add, as in t
 NORMED_RESIDUAL = ("the residual adds the normalised input (norm1(x) + att(norm1(x))): it must add the branch's own "
                    "input, x + att(norm1(x))")
 NO_RESIDUAL = "a residual connection is missing: each branch's output is added to its input, x + att(norm1(x))"
+GELU_TANH = ("the MLP uses GELU's tanh approximation (GPT-2's, nn.GELU(approximate='tanh')): the task asks for "
+             "PyTorch's exact nn.GELU(), its default")
+RELU = "the MLP's activation is ReLU: the task asks for nn.GELU() (the exact one, its default)"
+NORM1_TWICE = ("the MLP branch reads norm1's output: each branch has its own LayerNorm, norm1 before attention and "
+               "norm2 before the MLP")
 GPT_PARAMETERS = ("tok_emb = nn.Embedding(vocab_size, d_model), pos_emb = nn.Embedding(context_length, d_model), "
                   "blocks (nn.ModuleList of TransformerBlock), final_norm = nn.LayerNorm(d_model), out_head = "
                   "nn.Linear(d_model, vocab_size, bias=False)")
@@ -54,6 +59,46 @@ TRAIN_HINT = ("logits = model(inputs); loss = F.cross_entropy(logits.flatten(0, 
               "optimizer.step(); return loss.item()")
 CLIP_HINT = ("the gradients are not clipped, or clipped where it changes nothing: after loss.backward() and before "
              "optimizer.step(), torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)")
+
+
+def raised_alike(got, want):
+    """The student's code raised where a known mistake run in the answer key raises: at the same record, the same
+    exception, and (but for a ValueError, whose words are the student's own) the same message."""
+    a, b = first_raised(got), first_raised(want)
+    if not a or not b or a[0] != b[0] or a[1]["raised"] != b[1]["raised"]:
+        return False
+    return a[1]["raised"] == "ValueError" or same_raise(got, want)
+
+
+def strictly(check):
+    """`check`, naming a mistake that raises only when the student's code raised alike (see raised_alike), not on
+    any exception of the same type at that record."""
+    judge = check.judge or (lambda got, want: default_judge(check, got, want))
+
+    def judged(got, want):
+        if first_raised(want):
+            return None if raised_alike(got, want) else f"{check.what}: raised differently"
+        return judge(got, want)
+
+    check.judge = judged
+    return check
+
+
+def kept_counted(check):
+    """`check` (new tokens that fit on their own, after kept ones they do not fit with), naming the mistake when the
+    call did not raise: the kept tokens were not counted."""
+    judge = check.judge
+
+    def judged(got, want):
+        problem = judge(got, want)
+        if problem and (not got or _kind(got[-1]) != "raised" or got[-1]["raised"] != "ValueError"):
+            return NamedMistake(problem.split("\n  likely mistake: ")[0] + "\n  likely mistake: the kept tokens were "
+                                "not counted: the new tokens fit on their own, but kept + new pass context_length; "
+                                "check kept + new before you change the cache")
+        return problem
+
+    check.judge = judged
+    return check
 
 
 def changed_later(inputs, x, cut, vocab_size=None):
@@ -84,6 +129,86 @@ def sees_future(got, first, second, cut):
 # Part 1: MultiHeadAttentionWithCache
 # ---------------------------------------------------------------------------------------------------------------
 
+class _MistakenAttention(torch.nn.Module):
+    """Causal multi-head attention with a KV cache, as the contract asks, except for the one mistake its subclass
+    switches on: what a student's module computes with that mistake."""
+    scale_by_d_out = split_without_transpose = top_left = cache_always = False
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        torch.nn.Module.__init__(self)
+        if d_out % num_heads:
+            raise ValueError("d_out must be divisible by num_heads")
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.context_length = context_length
+        self.W_query = torch.nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = torch.nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = torch.nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = torch.nn.Linear(d_out, d_out)
+        self.dropout = torch.nn.Dropout(dropout)
+        self.kept = None
+
+    def reset_cache(self):
+        self.kept = None
+
+    def split(self, t, b, num_tokens):
+        if self.split_without_transpose:
+            return t.view(b, self.num_heads, num_tokens, self.head_dim)
+        return t.view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, x, use_cache=False):
+        b, num_tokens = x.shape[:2]
+        writes = use_cache or self.cache_always
+        kept = self.kept[0].shape[2] if writes and self.kept is not None else 0
+        if kept + num_tokens > self.context_length:
+            raise ValueError("the tokens do not fit context_length")
+        queries, keys, values = (self.split(layer(x), b, num_tokens) for layer in (self.W_query, self.W_key,
+                                                                                  self.W_value))
+        if writes:
+            if self.kept is not None:
+                self.kept = (torch.cat([self.kept[0], keys], 2), torch.cat([self.kept[1], values], 2))
+            else:
+                self.kept = (keys, values)
+            if use_cache:
+                keys, values = self.kept
+        scores = queries @ keys.transpose(-2, -1) / math.sqrt(self.d_out if self.scale_by_d_out else self.head_dim)
+        num_keys = keys.shape[2]
+        hidden = torch.ones(num_tokens, num_keys, dtype=torch.bool).triu(1 if self.top_left else
+                                                                         num_keys - num_tokens + 1)
+        weights = self.dropout(torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1))
+        context = weights @ values
+        context = context if self.split_without_transpose else context.transpose(1, 2)
+        return self.out_proj(context.reshape(b, num_tokens, self.d_out))
+
+
+class _ScaledByDOut(_MistakenAttention):
+    scale_by_d_out = True
+
+
+class _SplitWithoutTranspose(_MistakenAttention):
+    split_without_transpose = True
+
+
+class _TopLeftMask(_MistakenAttention):
+    top_left = True
+
+
+class _CacheAlways(_MistakenAttention):
+    cache_always = True
+
+
+MHA_MISTAKES = (
+    ("the scores are divided by sqrt(d_out): each head's dot products have head_dim numbers, so divide by "
+     "sqrt(head_dim)", {"MultiHeadAttentionWithCache": _ScaledByDOut}),
+    ("the heads were split with view(b, num_heads, T, head_dim) straight from (b, T, d_out), which mixes tokens and "
+     "heads: view(b, T, num_heads, head_dim).transpose(1, 2), and transpose(1, 2) back before merging",
+     {"MultiHeadAttentionWithCache": _SplitWithoutTranspose}),
+    ("the causal mask is aligned to the top-left corner: align it to the bottom-right corner, so that with kept tokens "
+     "in the cache new query i sees keys 0 .. kept + i (the mask's last T rows, or triu with diagonal kept + 1)",
+     {"MultiHeadAttentionWithCache": _TopLeftMask}),
+    ("a call without the cache wrote its keys and values into the cache (or counted them): use_cache=False must "
+     "neither read nor write the cache", {"MultiHeadAttentionWithCache": _CacheAlways}))
+
+
 def mha_check(inputs, d_in, d_out, context, heads, b, num_tokens, bias):
     what = (f"MultiHeadAttentionWithCache({d_in}, {d_out}, {context}, 0.0, num_heads={heads}, qkv_bias={bias}) on a random "
             f"({b}, {num_tokens}, {d_in}) input")
@@ -104,8 +229,8 @@ def mha_check(inputs, d_in, d_out, context, heads, b, num_tokens, bias):
             return with_other_hint(problem, SEES_FUTURE)
         return problem
 
-    check = Check(what, p, judge=judge)
-    return check
+    check = Check(what, p, judge=judge, mistakes=MHA_MISTAKES)
+    return strictly(check)
 
 
 def multi_head_attention(inputs):
@@ -125,8 +250,9 @@ def multi_head_attention(inputs):
     module = p.call(G("MultiHeadAttentionWithCache"), 3, 8, 6, 0.0, 2)
     p.call(module, p.tensor(torch.zeros(1, 4, 3)), use_cache=True)
     p.call(module, p.tensor(torch.zeros(1, 3, 3)), use_cache=True)
-    checks.append(expect_value_error("MultiHeadAttentionWithCache(3, 8, 6, 0.0, num_heads=2): 3 new tokens with "
-                                     "use_cache=True after 4 cached ones", p, "context_length"))
+    checks.append(kept_counted(expect_value_error("MultiHeadAttentionWithCache(3, 8, 6, 0.0, num_heads=2): 3 new "
+                                                  "tokens with use_cache=True after 4 cached ones", p,
+                                                  "context_length")))
     return checks
 
 
@@ -147,7 +273,7 @@ def mha_cache_check(inputs, d_in, d_out, context, heads, num_tokens, b, bias):
             p.record(p.call(module, p.tensor(x[:, first:first + size]), use_cache=True),
                      f"the output of tokens {first}-{first + size - 1} with use_cache=True after {first} cached "
                      f"tokens (chunks {chunks})", CACHE_HINT, atol=1e-5, rtol=1e-5)
-    return Check(f"{built} fed a random {tuple(x.shape)} input through its cache", p)
+    return strictly(Check(f"{built} fed a random {tuple(x.shape)} input through its cache", p, mistakes=MHA_MISTAKES))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -170,8 +296,8 @@ def layer_norm(x, state, name):
     return F.layer_norm(x.double(), x.shape[-1:], state[f"{name}.weight"].double(), state[f"{name}.bias"].double())
 
 
-def feed_forward(x, state):
-    hidden = F.gelu(x @ state["ff.0.weight"].double().T + state["ff.0.bias"].double())
+def feed_forward(x, state, activation=F.gelu):
+    hidden = activation(x @ state["ff.0.weight"].double().T + state["ff.0.bias"].double())
     return hidden @ state["ff.2.weight"].double().T + state["ff.2.bias"].double()
 
 
@@ -194,16 +320,19 @@ def block_check(inputs, d_model, heads, context, b, num_tokens):
 
     def judge(got, want):
         problem = default_judge(check, got[:4], want[:4])
-        if problem is None or not built_right(check, got, want):
+        if problem is None:
             return problem
+        if not built_right(check, got, want):
+            parameters = compare(got[0], want[0], f"{what}: its parameters", check.program.expects[0]) if got else None
+            return NamedMistake(with_other_hint(parameters, BLOCK_PARAMETERS)) if parameters else problem
         if first_raised(got) or len(got) != 6:
             return problem
         try:
             out, att_normed, att_raw = tensor_of(got[2]), tensor_of(got[4]), tensor_of(got[5])
             xd = x.double()
 
-            def pre(h):
-                return h + feed_forward(layer_norm(h, state, "norm2"), state)
+            def pre(h, activation=F.gelu, norm="norm2"):
+                return h + feed_forward(layer_norm(h, state, norm), state, activation)
 
             post_mid = layer_norm(xd + att_raw, state, "norm1")
             normed_mid = normed + att_normed
@@ -213,19 +342,22 @@ def block_check(inputs, d_model, heads, context, b, num_tokens):
                               layer_norm(normed_mid, state, "norm2"), state)),
                           (NO_RESIDUAL, xd + att_normed + feed_forward(layer_norm(att_normed, state, "norm2"), state)),
                           (NO_RESIDUAL, att_normed + feed_forward(layer_norm(att_normed, state, "norm2"), state)),
-                          (NO_RESIDUAL, feed_forward(layer_norm(xd + att_normed, state, "norm2"), state))]
+                          (NO_RESIDUAL, feed_forward(layer_norm(xd + att_normed, state, "norm2"), state)),
+                          (GELU_TANH, pre(xd + att_normed, lambda h: F.gelu(h, approximate="tanh"))),
+                          (RELU, pre(xd + att_normed, F.relu)),
+                          (NORM1_TWICE, pre(xd + att_normed, norm="norm1"))]
             for hint, expected in candidates:
                 if out.shape == expected.shape and torch.allclose(out, expected, atol=1e-4, rtol=1e-4):
                     if hint is None:
                         return None  # right, given the student's own attention (Part 1 is graded there)
-                    return with_other_hint(problem, hint)
+                    return NamedMistake(with_other_hint(problem, hint))
         except (KeyError, TypeError, RuntimeError, IndexError):
             return problem
         if num_tokens > 1 and sees_future(got, 2, 3, cut):
             return with_other_hint(problem, SEES_FUTURE)
         return problem
 
-    check = Check(what, p, judge=judge)
+    check = strictly(Check(what, p, judge=judge, mistakes=MHA_MISTAKES))
     return check
 
 
@@ -282,15 +414,20 @@ def gpt_check(inputs, vocab, d_model, layers, heads, context, b, num_tokens):
                 expected = layer_norm(h, state, "final_norm") @ state["out_head.weight"].double().T
                 logits = tensor_of(record)
                 right &= logits.shape == expected.shape and torch.allclose(logits, expected, atol=1e-4, rtol=1e-4)
+                unnormed = h @ state["out_head.weight"].double().T
+                skipped = logits.shape == unnormed.shape and torch.allclose(logits, unnormed, atol=1e-4, rtol=1e-4)
             if right:
                 return None  # right, given the student's own blocks (Part 2 is graded there)
+            if skipped:
+                return NamedMistake(with_other_hint(problem, "final_norm is not applied: the last block's output goes "
+                                                            "through final_norm, then out_head"))
         except (KeyError, TypeError, RuntimeError, IndexError):
             return problem
         if num_tokens > 1 and sees_future(got, 2, 3, cut):
             return with_other_hint(problem, SEES_FUTURE)
         return problem
 
-    check = Check(what, p, judge=judge)
+    check = strictly(Check(what, p, judge=judge, mistakes=MHA_MISTAKES))
     return check
 
 
@@ -392,6 +529,12 @@ def gpt_cache_check(inputs, vocab, d_model, layers, heads, context, b, num_token
 
     def judge(got, want):
         problem = default_judge(check, got, want)
+        found = first_raised(got)
+        if (problem and built_right(check, got, want) and found and found[0] == 4 + num_tokens
+                and found[1].get("raised") == "ValueError"):
+            return NamedMistake(raised_message(what, found[1], "reset_cache() did not zero the model's count of kept "
+                                               "tokens: after it, the first call's tokens sit at positions 0 .. and "
+                                               "the cache is empty, so they fit in context_length"))
         if problem is None or not built_right(check, got, want) or first_raised(got) or len(got) != 4 + len(pieces):
             return problem
         try:  # right, given the student's own blocks (Parts 1 and 2 are graded there), if it agrees with its full pass
@@ -406,8 +549,65 @@ def gpt_cache_check(inputs, vocab, d_model, layers, heads, context, b, num_token
                                             "has no later tokens to show, cannot agree with it")
         return problem
 
-    check = Check(what, p, judge=judge)
+    check = strictly(Check(what, p, judge=judge, mistakes=MHA_MISTAKES + GPT_CACHE_MISTAKES))
     return check
+
+
+class _Block(torch.nn.Module):
+    """The contract's pre-LayerNorm block around a _MistakenAttention (or a subclass)."""
+
+    def __init__(self, d_model, num_heads, context_length, attention):
+        super().__init__()
+        self.norm1, self.norm2 = torch.nn.LayerNorm(d_model), torch.nn.LayerNorm(d_model)
+        self.att = attention(d_model, d_model, context_length, 0.0, num_heads)
+        self.ff = torch.nn.Sequential(torch.nn.Linear(d_model, 4 * d_model), torch.nn.GELU(),
+                                      torch.nn.Linear(4 * d_model, d_model))
+
+    def forward(self, x, use_cache=False):
+        x = x + self.att(self.norm1(x), use_cache=use_cache)
+        return x + self.ff(self.norm2(x))
+
+
+class _MistakenGPT(torch.nn.Module):
+    """TinyGPT as the contract asks, except for the one mistake its subclass switches on."""
+    restart_positions = keep_count = False
+
+    def __init__(self, vocab_size, d_model, num_layers, num_heads, context_length, dropout):
+        torch.nn.Module.__init__(self)
+        self.context_length, self.kept = context_length, 0
+        self.tok_emb = torch.nn.Embedding(vocab_size, d_model)
+        self.pos_emb = torch.nn.Embedding(context_length, d_model)
+        self.blocks = torch.nn.ModuleList(_Block(d_model, num_heads, context_length, _MistakenAttention)
+                                          for _ in range(num_layers))
+        self.final_norm = torch.nn.LayerNorm(d_model)
+        self.out_head = torch.nn.Linear(d_model, vocab_size, bias=False)
+
+    def reset_cache(self):
+        for layer in self.blocks:
+            layer.att.reset_cache()
+        self.kept = self.kept if self.keep_count else 0
+
+    def forward(self, idx, use_cache=False):
+        start = self.kept if use_cache else 0
+        if start + idx.shape[1] > self.context_length:
+            raise ValueError("the tokens do not fit context_length")
+        self.kept = start + idx.shape[1] if use_cache else self.kept
+        first = 0 if self.restart_positions else start
+        x = self.tok_emb(idx) + self.pos_emb(torch.arange(first, first + idx.shape[1]))
+        for layer in self.blocks:
+            x = layer(x, use_cache=use_cache)
+        return self.out_head(self.final_norm(x))
+
+
+class _PositionsRestart(_MistakenGPT):
+    restart_positions = True
+
+
+GPT_CACHE_MISTAKES = (
+    ("with use_cache=True the new tokens were placed at positions 0, 1, ... again: they sit at the positions after "
+     "the cached ones, pos_emb(kept .. kept + T - 1), with kept counted by the model itself (its blocks may keep no "
+     "count)",
+     {"TinyGPT": _PositionsRestart}),)
 
 
 def tiny_gpt_cache(inputs):
@@ -417,8 +617,8 @@ def tiny_gpt_cache(inputs):
     model = p.call(G("TinyGPT"), 5, 8, 1, 2, 6, 0.0)
     p.call(model, p.tensor(torch.zeros(1, 4, dtype=torch.long)), use_cache=True)
     p.call(model, p.tensor(torch.zeros(1, 3, dtype=torch.long)), use_cache=True)
-    checks.append(expect_value_error("TinyGPT(5, 8, 1, 2, 6, 0.0): 3 new tokens with use_cache=True after 4 cached "
-                                     "ones", p, "context_length"))
+    checks.append(kept_counted(expect_value_error("TinyGPT(5, 8, 1, 2, 6, 0.0): 3 new tokens with use_cache=True "
+                                                  "after 4 cached ones", p, "context_length")))
     return checks
 
 
@@ -432,6 +632,59 @@ def bigram(p, inputs, vocab, context, scale=1.5):
     model = p.call(G("BigramModel"), vocab, context)
     p.load(model, {"logits.weight": table}, hint="BigramModel is the notebook's (do not redefine it)")
     return model, table
+
+
+def _generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None, *, reset=True, refill=True,
+              position=-1, kth_as_row=False):
+    """generate as the task asks, except for the one mistake its keyword arguments switch on."""
+    if reset:
+        model.reset_cache()
+    context = model.context_length
+    new, filled = idx[:, -context:], 0
+    for _ in range(max_new_tokens):
+        if refill and filled + new.shape[1] > context:
+            model.reset_cache()
+            new, filled = idx[:, -context:], 0
+        logits = model(new, use_cache=True)[:, position, :] / temperature
+        filled += new.shape[1]
+        if top_k is not None:
+            kept = torch.topk(logits, min(top_k, logits.shape[-1])).values
+            kth = kept[:, -1] if kth_as_row else kept[:, [-1]]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        drawn = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)
+        idx, new = torch.cat([idx, drawn], dim=1), drawn
+    return idx
+
+
+def _mistaken_generate(**mistake):
+    def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+        return _generate(model, idx, max_new_tokens, temperature, top_k, generator, **mistake)
+    return generate
+
+
+GENERATE_MISTAKES = (
+    ("the cache was not emptied first: a second call found the first call's tokens in the model's cache; call "
+     "model.reset_cache() before reading the prompt", {"generate": _mistaken_generate(reset=False)}),
+    ("when the cache is full nothing empties it, so the model refuses the next token: when the kept tokens plus the "
+     "new one would pass context_length, reset_cache() and read the last context_length tokens again",
+     {"generate": _mistaken_generate(refill=False)}),
+    ("the logits of the first position were kept: the next token follows the last position, logits[:, -1, :]",
+     {"generate": _mistaken_generate(position=0)}),
+    ("the k-th largest logits, v[:, -1], have shape (b,) and line up with the vocabulary, not with the rows: keep a "
+     "column, v[:, [-1]] (b, 1), so that each row is compared with its own k-th logit",
+     {"generate": _mistaken_generate(kth_as_row=True)}))
+
+
+def reuse_check(inputs, vocab, context, b, prompt_length, new):
+    """generate twice on the same model: the second call starts from an empty cache, as the first."""
+    what = (f"generate(BigramModel({vocab}, context_length={context}), idx, {new}, top_k=1) called twice on the same "
+            f"model, random ids ({b}, {prompt_length})")
+    p = Program()
+    model, _ = bigram(p, inputs, vocab, context)
+    idx = p.tensor(torch.tensor([[inputs.randint(0, vocab) for _ in range(prompt_length)] for _ in range(b)]))
+    for call in ("first", "second"):
+        p.record(p.call(G("generate"), model, idx, new, top_k=1), f"the ids of the {call} call", GENERATE_HINT)
+    return strictly(Check(what, p, mistakes=GENERATE_MISTAKES))
 
 
 def greedy_check(inputs, vocab, context, b, prompt_length, new):
@@ -456,8 +709,8 @@ def greedy_check(inputs, vocab, context, b, prompt_length, new):
                     "before the prompt and when the cache is full")
         return None
 
-    check = Check(what, p, judge=judge)
-    return check
+    check = Check(what, p, judge=judge, mistakes=GENERATE_MISTAKES)
+    return strictly(check)
 
 
 def top_k_check(inputs, vocab, context, b, new, k, temperature):
@@ -526,8 +779,11 @@ def temperature_check(inputs, vocab, per_token, temperature, top_k=None):
         best = float((counts * torch.log(counts.clamp(min=1) / counts.sum(-1, keepdim=True))).sum())
         other, scale, hint = max((log_likelihood(counts, scale), scale, hint) for scale, hint in
                                  ((1.0, TEMPERATURE_IGNORED), (temperature, TEMPERATURE_INVERTED)))
+        if torch.equal(ids[:, 1], table.argmax(-1)[ids[:, 0]]):
+            return NamedMistake(f"{what}: every draw is the most likely token\n  likely mistake: the token was picked "
+                                "with argmax instead of drawn: torch.multinomial(probs, 1, generator=generator)")
         if other > right:
-            return f"{what} fit another temperature\n  likely mistake: {hint}"
+            return NamedMistake(f"{what} fit another temperature\n  likely mistake: {hint}")
         if 2 * (best - right) > 4 * vocab * (vocab - 1) + 60:  # far beyond a chi-square's spread
             if top_k is not None:
                 return f"{what} are far from softmax(logits / temperature)\n  likely mistake: {TOP_K_AT_LEAST_VOCAB}"
@@ -543,6 +799,7 @@ def generate_checks(inputs):
                                                         (12, 2, 4, 2, 5), (6, 16, 2, 3, 8)]]
     checks += [top_k_check(inputs, 8, 3, 60, 4, 2, 1.5), top_k_check(inputs, 6, 4, 40, 3, 3, 1.0),
                top_k_check(inputs, 10, 2, 30, 3, 1, 0.7)]
+    checks += [reuse_check(inputs, 5, 4, 2, 2, 3), reuse_check(inputs, 7, 6, 3, 4, 2)]
     checks += [temperature_check(inputs, 4, 1500, 0.5), temperature_check(inputs, 5, 1200, 2.0),
                temperature_check(inputs, 5, 1200, 1.5, top_k=8)]
     return checks
@@ -570,9 +827,36 @@ def train_check(inputs, vocab, b, num_tokens, steps, lr, optimizer="AdamW", clip
                   "targets.flatten()) averages them"), {"train_step": summed_loss}),
                 ("the old gradients are not cleared: call optimizer.zero_grad() before loss.backward()",
                  {"train_step": no_zero_grad})]
+    mistakes.append((UNFLATTENED, {"train_step": unflattened}))
     if clip is not None:
         mistakes.append((CLIP_HINT, {"train_step": unclipped}))
-    return Check(what, p, mistakes=tuple(mistakes))
+        mistakes.append((CLIP_VALUE, {"train_step": clipped_by_value}))
+    return strictly(Check(what, p, mistakes=tuple(mistakes)))
+
+
+UNFLATTENED = ("F.cross_entropy got the (b, T, vocab_size) logits as they are: it reads dimension 1 as the classes; "
+               "flatten them to (b * T, vocab_size) and the targets to (b * T,)")
+CLIP_VALUE = ("each gradient number was clamped to +-max_grad_norm (clip_grad_value_): scale all the gradients "
+              "together so that their norm is at most max_grad_norm (clip_grad_norm_)")
+
+
+def mean_loss(model, inputs, targets):
+    """The contract's loss: cross-entropy over every position of every sequence, averaged."""
+    return F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
+
+
+def unflattened(model, optimizer, inputs, targets, max_grad_norm=None, micro_batch_size=None):
+    return optimize(model, optimizer, F.cross_entropy(model(inputs), targets), clear=True, max_grad_norm=max_grad_norm)
+
+
+def clipped_by_value(model, optimizer, inputs, targets, max_grad_norm=None, micro_batch_size=None):
+    optimizer.zero_grad()
+    loss = mean_loss(model, inputs, targets)
+    loss.backward()
+    if max_grad_norm is not None:
+        torch.nn.utils.clip_grad_value_(model.parameters(), max_grad_norm)
+    optimizer.step()
+    return float(loss)
 
 
 def summed_loss(model, optimizer, inputs, targets, max_grad_norm=None):
@@ -581,12 +865,12 @@ def summed_loss(model, optimizer, inputs, targets, max_grad_norm=None):
 
 
 def no_zero_grad(model, optimizer, inputs, targets, max_grad_norm=None):
-    loss = F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
+    loss = mean_loss(model, inputs, targets)
     return optimize(model, optimizer, loss, clear=False, max_grad_norm=max_grad_norm)
 
 
 def unclipped(model, optimizer, inputs, targets, max_grad_norm=None):
-    return optimize(model, optimizer, F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten()), clear=True)
+    return optimize(model, optimizer, mean_loss(model, inputs, targets), clear=True)
 
 
 def optimize(model, optimizer, loss, clear, max_grad_norm=None):
@@ -600,8 +884,42 @@ def optimize(model, optimizer, loss, clear, max_grad_norm=None):
     return float(loss)
 
 
+def clip_together_check(inputs, vocab=5, d=3, b=2, num_tokens=4, clip=0.05):
+    """train_step with max_grad_norm on a model with two parameters (an embedding, then a linear layer): one
+    SGD(lr=1) step moves them by the clipped gradient, all parameters' gradients clipped together."""
+    what = (f"train_step(model, SGD(lr=1.0), inputs, targets, max_grad_norm={clip}) with model = nn.Sequential("
+            f"nn.Embedding({vocab}, {d}), nn.Linear({d}, {vocab}, bias=False)) and random ids ({b}, {num_tokens})")
+    p = Program()
+    nn_ = G("torch").attr("nn")
+    model = p.call(nn_.attr("Sequential"), p.call(nn_.attr("Embedding"), vocab, d),
+                   p.call(nn_.attr("Linear"), d, vocab, bias=False))
+    p.load(model, {"0.weight": inputs.randn(vocab, d), "1.weight": inputs.randn(vocab, d)})
+    step_rule = p.call(G("torch").attr("optim").attr("SGD"), p.call(model.attr("parameters")), lr=1.0)
+    ids = torch.tensor([[inputs.randint(0, vocab) for _ in range(num_tokens + 1)] for _ in range(b)])
+    p.call(G("train_step"), model, step_rule, p.tensor(ids[:, :-1]), p.tensor(ids[:, 1:]), grad=True,
+           max_grad_norm=clip)
+    p.record(model, "the weights after the step", TRAIN_HINT, kind="state", atol=1e-5, rtol=1e-5)
+    return strictly(Check(what, p, mistakes=((CLIP_EACH, {"train_step": clipped_each}),
+                                             (CLIP_HINT, {"train_step": unclipped}),
+                                             (CLIP_VALUE, {"train_step": clipped_by_value}))))
+
+
+CLIP_EACH = ("each parameter's gradient was clipped on its own: clip all parameters' gradients together, as one "
+             "vector, clip_grad_norm_(model.parameters(), max_grad_norm)")
+
+
+def clipped_each(model, optimizer, inputs, targets, max_grad_norm=None, micro_batch_size=None):
+    optimizer.zero_grad()
+    loss = mean_loss(model, inputs, targets)
+    loss.backward()
+    for parameter in model.parameters():
+        torch.nn.utils.clip_grad_norm_(parameter, max_grad_norm)
+    optimizer.step()
+    return float(loss)
+
+
 def train_step_checks(inputs):
-    return [train_check(inputs, *case) for case in [(5, 2, 6, 3, 0.1), (8, 1, 4, 4, 0.05), (3, 3, 5, 2, 0.2),
+    return [clip_together_check(inputs)] + [train_check(inputs, *case) for case in [(5, 2, 6, 3, 0.1), (8, 1, 4, 4, 0.05), (3, 3, 5, 2, 0.2),
                                                     (6, 2, 5, 2, 1.0, "SGD", 0.05), (4, 3, 6, 3, 0.1, "AdamW", 0.5)]]
 
 
@@ -634,7 +952,7 @@ def _slices(inputs, size):
 
 def _accumulate(model, optimizer, inputs, targets, max_grad_norm, micro_batch_size, *, weight="share",
                 clear_each=False, step_each=False, clip_each=False, last_loss=False, clear=True, clip=True,
-                loss_weight="share"):
+                loss_weight="share", reduction="mean"):
     """A train_step with micro-batches, right (the defaults) or with one known mistake."""
     b = inputs.shape[0]
     spans = _slices(inputs, micro_batch_size or b)
@@ -644,7 +962,8 @@ def _accumulate(model, optimizer, inputs, targets, max_grad_norm, micro_batch_si
     for start, end in spans:
         if clear_each:
             optimizer.zero_grad()
-        part = F.cross_entropy(model(inputs[start:end]).flatten(0, 1), targets[start:end].flatten())
+        part = F.cross_entropy(model(inputs[start:end]).flatten(0, 1), targets[start:end].flatten(),
+                               reduction=reduction)
         scales = {"share": (end - start) / b, "none": 1.0, "equal": 1 / len(spans)}
         (part * scales[weight]).backward()
         total += float(part) * scales[loss_weight]
@@ -675,7 +994,11 @@ ACCUMULATION_MISTAKES = ((UNWEIGHTED, {"train_step": _mistaken(weight="none")}),
                          (CLIP_PER_SLICE, {"train_step": _mistaken(clip_each=True)}),
                          (LAST_LOSS, {"train_step": _mistaken(last_loss=True)}),
                          (NOT_CLEARED, {"train_step": _mistaken(clear=False)}),
-                         (NOT_CLIPPED, {"train_step": _mistaken(clip=False)}))
+                         (NOT_CLIPPED, {"train_step": _mistaken(clip=False)}),
+                         (UNFLATTENED, {"train_step": unflattened}),
+                         (CLIP_VALUE, {"train_step": clipped_by_value}),
+                         (("the loss is not the mean over all b * T positions: F.cross_entropy(logits.flatten(0, 1), "
+                           "targets.flatten()) averages them"), {"train_step": _mistaken(reduction="sum")}))
 
 
 def accumulation_check(inputs, vocab, b, num_tokens, micro, lr, optimizer="SGD", clip=None, steps=1):
@@ -707,14 +1030,14 @@ def accumulation_check(inputs, vocab, b, num_tokens, micro, lr, optimizer="SGD",
             sizes = [shape[0] if isinstance(shape, list) and shape else None for shape in shapes]
             if (not sizes or any(not isinstance(n, int) or n > micro or n < 1 for n in sizes)
                     or sum(sizes) != b):
-                return (f"{what}: call {index + 1} ran the model on batches of {sizes[:12]} sequences\n  likely "
-                        f"mistake: slice the batch along its first dimension, at most micro_batch_size sequences "
-                        "per call, each sequence once")
+                return NamedMistake(f"{what}: call {index + 1} ran the model on batches of {sizes[:12]} sequences\n"
+                                    "  likely mistake: slice the batch along its first dimension, at most "
+                                    "micro_batch_size sequences per call, each sequence once")
         flat_got = [r for i, r in enumerate(got) if not (i % 2 == 1 and i < 1 + 2 * steps and _kind(r) == "inputs_of")]
         flat_want = [r for i, r in enumerate(want) if not (i % 2 == 1 and i < 1 + 2 * steps and _kind(r) == "inputs_of")]
         return default_judge(check_without_shapes, flat_got, flat_want)
 
-    check = Check(what, p, judge=judge, mistakes=ACCUMULATION_MISTAKES)
+    check = strictly(Check(what, p, judge=judge, mistakes=ACCUMULATION_MISTAKES))
     check_without_shapes = Check(what, Program())
     check_without_shapes.program.expects = [e for e in p.expects if e.label != "the inputs its layers saw"]
     return check
