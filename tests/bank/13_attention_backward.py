@@ -586,6 +586,48 @@ VARIANTS["thread_autograd"] = {
 
 # For each transfer part: the lesson's code adapted mechanically and the library or autograd shortcut (both fail it),
 # and two correct solutions in other styles (full points).
+_MEMO = """
+_memo = {}
+
+
+def _autograd_grads(q, k, v, d_out, d_lse, scale, causal):
+    with torch.enable_grad():
+        q, k, v = (x.detach().double().requires_grad_() for x in (q, k, v))
+        s = q @ k.transpose(-2, -1) * (scale if scale is not None else q.shape[-1] ** -0.5)
+        if causal:
+            keep = torch.ones(s.shape[-2], s.shape[-1], dtype=torch.bool).tril(s.shape[-1] - s.shape[-2])
+            s = s.masked_fill(~keep, float("-inf"))
+        outs, grads = [torch.softmax(s, -1) @ v], [d_out.double()]
+        if d_lse is not None:
+            outs.append(torch.logsumexp(s, -1))
+            grads.append(d_lse.double())
+        return tuple(g.to(d_out.dtype) for g in torch.autograd.grad(outs, (q, k, v), grads))
+
+
+def _remembered(*args):
+    key = tuple(x.detach().numpy().tobytes() if isinstance(x, torch.Tensor) else x for x in args)
+    if key not in _memo:
+        _memo[key] = _autograd_grads(*args)
+    return _memo[key]
+"""
+# Autograd behind a memo of the inputs' bytes: called plainly first, it answered the watched call from memory.
+VARIANTS["autograd_behind_a_memo"] = {
+    "kind": "cheat",
+    "cells": {"attention_backward": _MEMO + '''
+
+def attention_backward(q, k, v, d_out, scale=None, causal=False):
+    if d_out.shape != q.shape[:-1] + v.shape[-1:]:
+        raise ValueError("d_out has the wrong shape")
+    return _remembered(q, k, v, d_out, None, scale, causal)
+''',
+              "attention_lse_backward": '''def attention_lse_backward(q, k, v, d_out, d_lse, scale=None, causal=False):
+    return _remembered(q, k, v, d_out, d_lse, scale, causal)
+'''},
+    "fails": {"test_attention_backward": "autograd", "test_attention_backward_causal": "autograd",
+              "test_attention_lse_backward": "autograd"},
+}
+
+
 def _kernel_in_a_cell_of_its_own(nb):
     """The kernel in an unlocked cell of the student's own above the launcher's cell: where a solution's code sits
     is not the point."""

@@ -92,18 +92,25 @@ def by_hand_check(inputs, name, shape, causal):
     d_lse = [inputs.randn(*shape[:-1])] if name == "attention_lse_backward" else []
     what = f"{name} on random {shape} inputs, causal={causal}, with autograd unable to save a tensor"
     p = Program()
-    args = [p.tensor(inputs.randn(*shape)) for _ in range(4)] + [p.tensor(x) for x in d_lse] + [None, causal]
-    p.call(G(name), *args, catch=True)
+
+    def fresh_args():  # each call its own inputs: a function that remembers its answers cannot replay them
+        lse = [p.tensor(inputs.randn(*x.shape)) for x in d_lse]
+        return [p.tensor(inputs.randn(*shape)) for _ in range(4)] + lse + [None, causal]
+
+    p.call(G(name), *fresh_args(), catch=True)
     graph = G("torch").attr("autograd").attr("graph")
     hooks = p.call(graph.attr("saved_tensors_hooks"), G("torch").attr("device"), G("torch").attr("device"))
     p.call(hooks.attr("__enter__"))
-    p.call(G(name), *args, trace=0, catch=True)
+    watched_args = fresh_args()
+    watched = p.call(G(name), *watched_args, trace=0, catch=True)
     p.call(hooks.attr("__exit__"), None, None, None)
     # saved-tensor hooks the function sets itself would take over from the ones above: here setting them raises
     disabled = p.call(graph.attr("disable_saved_tensors_hooks"), OWN_HOOKS)
     p.call(disabled.attr("__enter__"))
-    p.call(G(name), *args, catch=True)
+    p.call(G(name), *fresh_args(), catch=True)
     p.call(disabled.attr("__exit__"), None, None, None)
+    p.record(watched, "the gradients it returned while watched")
+    p.record(p.call(G(name), *watched_args), "the gradients it returns for the same inputs unwatched")
 
     def judge(got, _reference):
         found = first_raised(got)
@@ -119,6 +126,9 @@ def by_hand_check(inputs, name, shape, causal):
             if caught is not None:
                 return with_hint(f"{what}: it built an autograd graph (here it raised {caught.get('raised')}: "
                                  f"{caught.get('message', '')[:200]}; called plainly it did not)", AUTOGRAD)
+        if len(got) < 6 or compare(got[4], got[5], "", Expect("", atol=1e-6, rtol=1e-6)):
+            return with_hint(f"{what}: watched, it returned other gradients than unwatched on the same inputs",
+                             AUTOGRAD)
         return None
 
     return Check(what, p, judge=judge)
