@@ -254,7 +254,8 @@ class Interpreter:
                     raise
                 result, caught = None, _raised(error)
         if memory is not None:
-            records.append({"memory": {"peak_bytes": memory.peak_bytes, "largest_numel": memory.largest_numel}})
+            records.append({"memory": {"peak_bytes": memory.peak_bytes, "largest_numel": memory.largest_numel,
+                                       "retained_bytes": memory.current_bytes}})  # made inside, alive after it
         if traced is not None:
             records.append({"trace": {"ops": traced.ops, "reads": [list(r) for r in traced.reads][:4000],
                                       "unseeded": traced.unseeded[:4000]}})

@@ -628,6 +628,50 @@ def attention_backward(q, k, v, d_out, scale=None, causal=False):
 }
 
 
+# The weights kept row by row on ctx, outside save_for_backward, and the backward reads them back: Part 1's dense
+# formulas per row, never L. No (T, T) tensor, yet all of the weights stay alive between the two passes.
+VARIANTS["weights_kept_on_ctx"] = {
+    "kind": "cheat",
+    "cells": {"FlashAttention": '''class FlashAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal=False, block_q=64, block_k=64):
+        check_qkv(q, k, v)
+        t_q, t_k = q.shape[-2], k.shape[-2]
+        scale = q.shape[-1] ** -0.5
+        rows, outs, lses = [], [], []
+        for i in range(t_q):
+            s = (q[..., i:i + 1, :].float() @ k.float().transpose(-2, -1)) * scale
+            if causal:
+                s[..., i + t_k - t_q + 1:] = float("-inf")
+            lse = torch.logsumexp(s, -1)
+            p = torch.exp(s - lse[..., None])
+            rows.append(p)
+            outs.append(p @ v.float())
+            lses.append(lse)
+        o = torch.cat(outs, -2).to(q.dtype)
+        ctx.rows = rows
+        ctx.save_for_backward(q, k, v, o, torch.cat(lses, -1))
+        return o
+
+    @staticmethod
+    def backward(ctx, d_out):
+        q, k, v, o, _ = ctx.saved_tensors
+        scale = q.shape[-1] ** -0.5
+        qf, kf, vf, of, dof = (x.float() for x in (q, k, v, o, d_out))
+        dq, dk, dv = torch.zeros_like(qf), torch.zeros_like(kf), torch.zeros_like(vf)
+        for i, p in enumerate(ctx.rows):
+            do_i = dof[..., i:i + 1, :]
+            dv += p.transpose(-2, -1) @ do_i
+            dp = do_i @ vf.transpose(-2, -1)
+            ds = p * (dp - (do_i * of[..., i:i + 1, :]).sum(-1, keepdim=True)) * scale
+            dq[..., i:i + 1, :] = ds @ kf
+            dk += ds.transpose(-2, -1) @ qf[..., i:i + 1, :]
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None
+'''},
+    "fails": {"test_flash_attention_backward": "keeps the weights alive"},
+}
+
+
 def _kernel_in_a_cell_of_its_own(nb):
     """The kernel in an unlocked cell of the student's own above the launcher's cell: where a solution's code sits
     is not the point."""

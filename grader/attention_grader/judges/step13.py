@@ -446,6 +446,37 @@ def flash_memory_check(inputs, num_tokens, causal, part):
     return Check(what, p, judge=judge)
 
 
+KEPT_WEIGHTS = ("the forward keeps the weights alive for the backward (on ctx or elsewhere), as much memory as the "
+                "(T, T) matrices: save only what the backward needs, O and L = m + log(l), and recompute each tile's "
+                "weights from L")
+
+
+def flash_retained_check(inputs, causal, num_tokens=256):
+    """What FlashAttention's forward leaves alive for the backward (saved or not): far less than the (T, T)
+    weights."""
+    what = (f"FlashAttention.apply on random (1, 2, {num_tokens}, 8) inputs, causal={causal}, block_q=16, block_k=16: "
+            "the memory it left alive after returning")
+    weights_bytes = 2 * num_tokens * num_tokens * 4  # both heads' (T, T) weights in float32
+    p = Program()
+    leaves = [p.call(p.tensor(inputs.randn(1, 2, num_tokens, 8)).attr("requires_grad_"), grad=True) for _ in range(3)]
+    p.call(G("FlashAttention").attr("apply"), *leaves, causal, 16, 16, grad=True, measure=True)
+
+    def judge(got, _reference):
+        found = first_raised(got)
+        if found:
+            return raised_message(what, found[1])
+        memory = got[0].get("memory") if isinstance(got[0], dict) else None
+        kept = memory.get("retained_bytes") if isinstance(memory, dict) else None
+        if not isinstance(kept, int) or isinstance(kept, bool):
+            return f"{what}: the memory it left alive was not recorded"
+        if kept >= weights_bytes // 2:
+            return with_hint(f"{what}: {kept:,} bytes it made were still alive, as many as half of both heads' (T, T) "
+                             f"weights ({weights_bytes:,} bytes in float32)", KEPT_WEIGHTS)
+        return None
+
+    return Check(what, p, judge=judge)
+
+
 def flash_attention_forward(inputs):
     return ([flash_library_check(inputs, (1, 2, 9, 4), True, 4, 4, "forward")] +
             [flash_forward_check(inputs, *case) for case in FLASH_CASES] +
@@ -458,7 +489,8 @@ def flash_attention_backward(inputs):
              flash_library_check(inputs, (2, 1, 7, 4), True, 3, 2, "backward")] +
             [flash_backward_check(inputs, *case) for case in FLASH_CASES] +
             [bfloat16_check(inputs, (1, 2, 64, 16), False, 16, 16), bfloat16_check(inputs, (2, 1, 48, 8), True, 16, 8)] +
-            [flash_memory_check(inputs, 64, causal, "backward") for causal in (False, True)])
+            [flash_memory_check(inputs, 64, causal, "backward") for causal in (False, True)] +
+            [flash_retained_check(inputs, causal) for causal in (False, True)])
 
 
 # ---------------------------------------------------------------------------------------------------------------
