@@ -378,6 +378,29 @@ def same_raise(got, want):
     return words[0] == words[1]
 
 
+def raised_alike(got, want):
+    """The student's code raised where a known mistake run in the answer key raises: at the same record, the same
+    exception, and (but for a ValueError, whose words are the student's own) the same message."""
+    a, b = first_raised(got), first_raised(want)
+    if not a or not b or a[0] != b[0] or a[1]["raised"] != b[1]["raised"]:
+        return False
+    return a[1]["raised"] == "ValueError" or same_raise(got, want)
+
+
+def strictly(check):
+    """`check`, naming a mistake that raises only when the student's code raised alike (see raised_alike), not on
+    any exception of the same type at that record."""
+    judge = check.judge or (lambda got, want: default_judge(check, got, want))
+
+    def judged(got, want):
+        if first_raised(want):
+            return None if raised_alike(got, want) else f"{check.what}: raised differently"
+        return judge(got, want)
+
+    check.judge = judged
+    return check
+
+
 def read_error(message):
     """What an error says the code did, when its words leave no doubt; "" otherwise."""
     message = str(message)

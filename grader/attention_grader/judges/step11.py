@@ -17,7 +17,7 @@ from attention_course.probe import decode_tensor
 from attention_grader.judging import (G, Check, NamedMistake, Program, _kind, call_check, compare, default_judge,
                                       expect_value_error, raised_message)
 from attention_grader.judges.common import (ANY_VALUES, ATTENTION_SOFTMAX, dropout_check, first_raised, library_ops,
-                                            linear_state, random_chunks, same_raise, shape_problem, tensor_of,
+                                            linear_state, random_chunks, shape_problem, strictly, tensor_of,
                                             with_hint, with_other_hint)
 
 INTERLEAVED = ("the pairs are interleaved (x[2i], x[2i + 1]), the RoFormer paper's convention; this course uses "
@@ -43,29 +43,6 @@ PARAMETERS = ("W_query = nn.Linear(d_in, d_out, bias=qkv_bias), W_key and W_valu
               "head_dim, bias=qkv_bias), out_proj = nn.Linear(d_out, d_out)")
 CACHE_HINT = ("with use_cache=True the new tokens attend to the kept keys and values and their own (torch.cat along "
               "the tokens), rotated at positions kept, kept + 1, ...; keep the concatenated keys and values")
-
-
-def raised_alike(got, want):
-    """The student's code raised where a known mistake run in the answer key raises: at the same record, the same
-    exception, and (but for a ValueError, whose words are the student's own) the same message."""
-    a, b = first_raised(got), first_raised(want)
-    if not a or not b or a[0] != b[0] or a[1]["raised"] != b[1]["raised"]:
-        return False
-    return a[1]["raised"] == "ValueError" or same_raise(got, want)
-
-
-def strictly(check):
-    """`check`, naming a mistake that raises only when the student's code raised alike (see raised_alike), not on
-    any exception of the same type at that record."""
-    judge = check.judge or (lambda got, want: default_judge(check, got, want))
-
-    def judged(got, want):
-        if first_raised(want):
-            return None if raised_alike(got, want) else f"{check.what}: raised differently"
-        return judge(got, want)
-
-    check.judge = judged
-    return check
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from attention_grader.judging import (G, Check, NamedMistake, Program, _kind, compare, default_judge,
                                       expect_value_error, generator, raised_message)
-from attention_grader.judges.common import (attention_state, first_raised, linear_state, random_chunks, same_raise,
+from attention_grader.judges.common import (attention_state, first_raised, linear_state, random_chunks, strictly,
                                             tensor_of, with_other_hint)
 
 MHA_PARAMETERS = ("W_query, W_key, W_value = nn.Linear(d_in, d_out, bias=qkv_bias), out_proj = nn.Linear(d_out, "
@@ -59,29 +59,6 @@ TRAIN_HINT = ("logits = model(inputs); loss = F.cross_entropy(logits.flatten(0, 
               "optimizer.step(); return loss.item()")
 CLIP_HINT = ("the gradients are not clipped, or clipped where it changes nothing: after loss.backward() and before "
              "optimizer.step(), torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)")
-
-
-def raised_alike(got, want):
-    """The student's code raised where a known mistake run in the answer key raises: at the same record, the same
-    exception, and (but for a ValueError, whose words are the student's own) the same message."""
-    a, b = first_raised(got), first_raised(want)
-    if not a or not b or a[0] != b[0] or a[1]["raised"] != b[1]["raised"]:
-        return False
-    return a[1]["raised"] == "ValueError" or same_raise(got, want)
-
-
-def strictly(check):
-    """`check`, naming a mistake that raises only when the student's code raised alike (see raised_alike), not on
-    any exception of the same type at that record."""
-    judge = check.judge or (lambda got, want: default_judge(check, got, want))
-
-    def judged(got, want):
-        if first_raised(want):
-            return None if raised_alike(got, want) else f"{check.what}: raised differently"
-        return judge(got, want)
-
-    check.judge = judged
-    return check
 
 
 def kept_counted(check):
