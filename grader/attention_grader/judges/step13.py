@@ -10,6 +10,7 @@ sandbox), and the launcher's traced operations show that it launched a kernel an
 copies read k's elements). When T_q < T_k the queries are the last T_q positions (the causal mask aligned bottom-right).
 """
 import functools
+import math
 
 import torch
 import torch.nn.functional as F
@@ -459,7 +460,8 @@ def flash_retained_check(inputs, causal, num_tokens=256):
     weights_bytes = 2 * num_tokens * num_tokens * 4  # both heads' (T, T) weights in float32
     p = Program()
     leaves = [p.call(p.tensor(inputs.randn(1, 2, num_tokens, 8)).attr("requires_grad_"), grad=True) for _ in range(3)]
-    p.call(G("FlashAttention").attr("apply"), *leaves, causal, 16, 16, grad=True, measure=True)
+    out = p.call(G("FlashAttention").attr("apply"), *leaves, causal, 16, 16, grad=True, measure=True)
+    p.record(out.attr("grad_fn").attr("saved_tensors"), "the tensors it saved")
 
     def judge(got, _reference):
         found = first_raised(got)
@@ -467,11 +469,19 @@ def flash_retained_check(inputs, causal, num_tokens=256):
             return raised_message(what, found[1])
         memory = got[0].get("memory") if isinstance(got[0], dict) else None
         kept = memory.get("retained_bytes") if isinstance(memory, dict) else None
-        if not isinstance(kept, int) or isinstance(kept, bool):
+        saved = got[1].get("tuple") if len(got) > 1 and isinstance(got[1], dict) else None
+        if not isinstance(kept, int) or isinstance(kept, bool) or not isinstance(saved, list):
             return f"{what}: the memory it left alive was not recorded"
+        # what save_for_backward holds is the forward's part to judge: here, only what is kept besides it
+        for record in saved:
+            spec = record.get("tensor") if isinstance(record, dict) else None
+            if isinstance(spec, dict) and isinstance(getattr(torch, str(spec.get("dtype")), None), torch.dtype):
+                itemsize = torch.empty((), dtype=getattr(torch, spec["dtype"])).element_size()
+                kept -= math.prod(spec.get("shape") or []) * itemsize
         if kept >= weights_bytes // 2:
-            return with_hint(f"{what}: {kept:,} bytes it made were still alive, as many as half of both heads' (T, T) "
-                             f"weights ({weights_bytes:,} bytes in float32)", KEPT_WEIGHTS)
+            return with_hint(f"{what}: besides what it saved for the backward, {kept:,} bytes it made were still "
+                             f"alive, as many as half of both heads' (T, T) weights ({weights_bytes:,} bytes in "
+                             "float32)", KEPT_WEIGHTS)
         return None
 
     return Check(what, p, judge=judge)
