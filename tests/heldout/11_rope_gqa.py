@@ -213,7 +213,7 @@ VARIANTS = {
         "cells": {"apply_rope": _edit(_HALVES, ('''    if d % 2:
         raise ValueError(f"apply_rope needs an even head_dim, got {d}")
 ''', ""))},
-        "fails": {"test_apply_rope": "check `head_dim`"},
+        "fails": {"test_apply_rope": "`head_dim` is let through"},
         "not_named": ["wrong way", "interleaved", "positions[t]", "float32"],
     },
     "rope_head_dim_from_shape_1": {
@@ -278,7 +278,7 @@ VARIANTS = {
         "cells": {"padding_mask": '''def padding_mask(lengths, num_tokens):
     return torch.arange(num_tokens).expand(len(lengths), num_tokens) >= lengths.unsqueeze(1)
 '''},
-        "fails": {"test_padding_mask": "check `lengths`"},
+        "fails": {"test_padding_mask": "`lengths` is let through"},
         "not_named": ["off by one", "right padding", "holds numbers"],
     },
     "pad_check_refuses_full_length": {
@@ -374,23 +374,23 @@ VARIANTS = {
         "cells": {"grouped_query_attention": _gqa(("if kept + num_tokens > self.context_length:",
                                                    "if num_tokens > self.context_length:"))},
         "fails": {"test_grouped_query_attention_arguments": "not counted"},
-        "not_named": ["check `num_kv_heads`", "check `head_dim`"],
+        "not_named": ["`num_kv_heads` is let through", "`head_dim` is let through"],
     },
     "gqa_no_group_check": {
         "kind": "mistake",
         "cells": {"grouped_query_attention": _gqa(('''        if num_heads % num_kv_heads != 0:
             raise ValueError(f"num_heads={num_heads} must be divisible by num_kv_heads={num_kv_heads}")
 ''', ""))},
-        "fails": {"test_grouped_query_attention_arguments": "check `num_kv_heads`"},
-        "not_named": ["check `head_dim`", "check `context_length`", "not counted"],
+        "fails": {"test_grouped_query_attention_arguments": "`num_kv_heads` is let through"},
+        "not_named": ["`head_dim` is let through", "`context_length` is let through", "not counted"],
     },
     "gqa_no_even_head_dim_check": {
         "kind": "mistake",
         "cells": {"grouped_query_attention": _gqa(('''        if self.head_dim % 2 != 0:
             raise ValueError(f"head_dim={self.head_dim} must be even for RoPE")
 ''', ""))},
-        "fails": {"test_grouped_query_attention_arguments": "check `head_dim`"},
-        "not_named": ["check `num_kv_heads`", "check `context_length`", "not counted"],
+        "fails": {"test_grouped_query_attention_arguments": "`head_dim` is let through"},
+        "not_named": ["`num_kv_heads` is let through", "`context_length` is let through", "not counted"],
     },
     # Part 4: padding
     "padded_minus_inf_nan": {
@@ -448,7 +448,7 @@ VARIANTS = {
             if tuple(padding_mask.shape) != (b, num_tokens):
                 raise ValueError(f"padding_mask must be {(b, num_tokens)}, got {tuple(padding_mask.shape)}")
 ''', ""))},
-        "fails": {"test_gqa_padding": "check `padding_mask`"},
+        "fails": {"test_gqa_padding": "`padding_mask` is let through"},
         "not_named": ["nan", "before out_proj"],
     },
     "padded_one_sequence_at_a_time": {

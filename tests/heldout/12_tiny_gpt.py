@@ -232,7 +232,7 @@ VARIANTS = {
         "cells": {"multi_head_attention": _edit(_MHA, ("if kept + num_tokens > self.context_length:",
                                                        "if num_tokens > self.context_length:"))},
         "fails": {"test_multi_head_attention": "not counted"},
-        "not_named": ["top-left", "sqrt(d_out)", "check `d_out`"],
+        "not_named": ["top-left", "sqrt(d_out)", "`d_out` is let through"],
     },
     "mha_no_d_out_check": {
         "kind": "mistake",  # nanoGPT's assert
@@ -240,7 +240,7 @@ VARIANTS = {
             raise ValueError(f"d_out={d_out} must be divisible by num_heads={num_heads}")
 ''', "        assert d_out % num_heads == 0\n"))},
         "fails": {"test_multi_head_attention": "ValueError"},
-        "not_named": ["top-left", "sqrt(d_out)", "check `context_length`"],
+        "not_named": ["top-left", "sqrt(d_out)", "`context_length` is let through"],
     },
     # Part 2: TransformerBlock
     "block_post_layer_norm": {
