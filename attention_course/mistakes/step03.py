@@ -32,8 +32,9 @@ LIKELY = {'scaled_dot_product_attention-1': 'one context vector per query: (T_q,
  'self_attention_v2-2': 'nn.Linear(d_in, d_out) stores its weight as (d_out, d_in)',
  'self_attention_v2-3': 'each layer has a bias exactly when qkv_bias is true: pass it on to the layers',
  'self_attention_v2-4': 'one d_out-dimensional context vector per token',
- 'self_attention_v2-5': 'call each layer on x and scale the scores by sqrt(d_k), the key dimension keys.shape[-1] = '
-                        'd_out, not by the input width d_in',
+ 'self_attention_v2-5': "compute everything from x and the module's own layers, never from notebook globals "
+                        '(`values`, `keys` of the cells above), and scale the scores by sqrt(d_k), the key dimension '
+                        'keys.shape[-1] = d_out, not by the input width d_in',
  'self_attention_v2-6': 'forward must work for any number of leading dimensions of x: work on the last two '
                         'dimensions only',
  'self_attention_v2-7': "forward must compute everything from its argument x, not from the notebook's global "
