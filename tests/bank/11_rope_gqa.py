@@ -593,7 +593,74 @@ VARIANTS["pad_through_sdpa_in_a_thread"] = {
     "fails": {"test_gqa_padding": "started a thread"},
 }
 
+# GQA without its saving: the key/value heads repeated to num_heads before they are cached (right values, a cache
+# num_heads / num_kv_heads times larger)
+VARIANTS["gqa_cache_holds_repeated_heads"] = {
+    "kind": "mistake",
+    "cells": {"grouped_query_attention": _edit(
+        _CLASS, ("        if use_cache:\n"
+                 "            if kept:\n",
+                 "        group = self.num_heads // self.num_kv_heads\n"
+                 "        k = k.repeat_interleave(group, dim=1)\n"
+                 "        v = v.repeat_interleave(group, dim=1)\n"
+                 "        if use_cache:\n"
+                 "            if kept:\n"),
+        ("        group = self.num_heads // self.num_kv_heads\n"
+         "        k = k.repeat_interleave(group, dim=1)\n"
+         "        v = v.repeat_interleave(group, dim=1)\n"
+         "        blocked", "        blocked"))},
+    "fails": {"test_grouped_query_attention": "num_kv_heads"},
+}
+
+# Part 4's shortcut behind a switch: SDPA masks when gradients are on (no nan to understand), numpy computes the
+# attention when they are off, where no aten operation shows
+VARIANTS["pad_sdpa_with_grad_numpy_without"] = {
+    "kind": "mistake",
+    "cells": {"grouped_query_attention": _edit(
+        _CLASS, ("        scores = (q @ k.transpose(-2, -1)).masked_fill(blocked, float('-inf'))\n"
+                 "        weights = self.dropout(torch.softmax(scores / self.head_dim ** 0.5, dim=-1))\n"
+                 "        out = self.out_proj((weights @ v).transpose(1, 2).reshape(b, t, self.d_out))\n",
+                 "        if padding_mask is None:\n"
+                 "            scores = (q @ k.transpose(-2, -1)).masked_fill(blocked, float('-inf'))\n"
+                 "            weights = self.dropout(torch.softmax(scores / self.head_dim ** 0.5, dim=-1))\n"
+                 "            context = weights @ v\n"
+                 "        elif torch.is_grad_enabled():\n"
+                 "            allowed = ~(torch.ones(t, t, dtype=torch.bool).triu(1) | padding_mask[:, None, None, :])\n"
+                 "            context = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed,\n"
+                 "                                                     dropout_p=self.dropout.p if self.training else 0.0)\n"
+                 "        else:\n"
+                 "            import numpy as np\n"
+                 "            qn, kn, vn = q.double().numpy(), k.double().numpy(), v.double().numpy()\n"
+                 "            s = qn @ kn.swapaxes(-1, -2) / np.sqrt(self.head_dim)\n"
+                 "            s = np.where(blocked.numpy(), -np.inf, s)\n"
+                 "            s = np.exp(s - s.max(-1, keepdims=True))\n"
+                 "            context = torch.from_numpy(s / s.sum(-1, keepdims=True) @ vn).to(q.dtype)\n"
+                 "        out = self.out_proj(context.transpose(1, 2).reshape(b, t, self.d_out))\n"))},
+    "fails": {"test_gqa_padding": "attention kernel"},
+}
+
+# The same switch with torch on both sides: SDPA with gradients, the task's own masking without
+VARIANTS["pad_sdpa_with_grad_only"] = {
+    "kind": "mistake",
+    "cells": {"grouped_query_attention": _edit(
+        _CLASS, ("        scores = (q @ k.transpose(-2, -1)).masked_fill(blocked, float('-inf'))\n"
+                 "        weights = self.dropout(torch.softmax(scores / self.head_dim ** 0.5, dim=-1))\n"
+                 "        out = self.out_proj((weights @ v).transpose(1, 2).reshape(b, t, self.d_out))\n",
+                 "        if padding_mask is not None and torch.is_grad_enabled():\n"
+                 "            allowed = ~(torch.ones(t, t, dtype=torch.bool).triu(1) | padding_mask[:, None, None, :])\n"
+                 "            context = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed,\n"
+                 "                                                     dropout_p=self.dropout.p if self.training else 0.0)\n"
+                 "        else:\n"
+                 "            scores = (q @ k.transpose(-2, -1)).masked_fill(blocked, float('-inf'))\n"
+                 "            context = self.dropout(torch.softmax(scores / self.head_dim ** 0.5, dim=-1)) @ v\n"
+                 "        out = self.out_proj(context.transpose(1, 2).reshape(b, t, self.d_out))\n"))},
+    "fails": {"test_gqa_padding": "attention kernel"},
+}
+
+
 # Part 4 is the transfer part: the lesson's way out (a fully blocked row's output replaced afterwards) and the SDPA
 # shortcut fail it; a large negative fill with a filler seeing nothing, and a filler seeing itself, both pass
-PROOF = {"test_gqa_padding": {"lesson": ["pad_nan_rows_replaced_after"], "shortcut": ["pad_through_sdpa"],
+PROOF = {"test_gqa_padding": {"lesson": ["pad_nan_rows_replaced_after"],
+                              "shortcut": ["pad_through_sdpa", "pad_sdpa_with_grad_only",
+                                           "pad_sdpa_with_grad_numpy_without"],
                               "correct": ["grouped_einsum", "cos_sin_cache_enable_gqa", "complex_rope_expand_sdpa"]}}

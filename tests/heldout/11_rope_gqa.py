@@ -213,7 +213,7 @@ VARIANTS = {
         "cells": {"apply_rope": _edit(_HALVES, ('''    if d % 2:
         raise ValueError(f"apply_rope needs an even head_dim, got {d}")
 ''', ""))},
-        "fails": {"test_apply_rope": "`head_dim` is let through"},
+        "fails": {"test_apply_rope": "the wrong `head_dim`"},
         "not_named": ["wrong way", "interleaved", "positions[t]", "float32"],
     },
     "rope_head_dim_from_shape_1": {

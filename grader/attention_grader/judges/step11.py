@@ -6,8 +6,11 @@ student's apply_rope on tensors, which no stand-in table can answer, so each mod
 apply_rope on the module's own queries and keys (computed here from the loaded weights) at every call's positions,
 and a module that computes the right attention from those rotations keeps its points whatever Part 1 gave. Mistakes
 of the module that no replaced helper can reproduce (RoPE on the values, key/value heads in the wrong order, the
-top-left mask) are named by computing them here from the same records.
+top-left mask) are named by computing them here from the same records. What the cache holds is judged by the bytes
+the module keeps between cached calls, whatever its attributes are called; Part 4's training step is watched operation
+by operation, forward and backward, so that a switch on torch.is_grad_enabled() cannot hand the masking to a library.
 """
+import math
 import re
 
 import torch
@@ -309,6 +312,27 @@ def heads_of(x, state, name, num_heads):
     return projected.view(b, num_tokens, num_heads, width // num_heads).transpose(1, 2)
 
 
+HEAD_DIM_MISREAD = ("a ValueError about head_dim gave {n}, the number of {which} heads, where head_dim is {head_dim}: "
+                    "head_dim was read from x.shape[1], the heads of (b, heads, T, head_dim), in apply_rope or the "
+                    "module; head_dim is the last dimension, x.shape[-1]")
+
+
+def head_dim_misread(what, found, heads, kv_heads, head_dim):
+    """A NamedMistake when a forward pass raised a ValueError about head_dim whose numbers hold a number of heads
+    and not head_dim (read from the error's numbers; the constructor had accepted head_dim)."""
+    if not found or found[1].get("raised") != "ValueError":
+        return None
+    message = str(found[1].get("message"))
+    said = [int(n) for n in re.findall(r"\d+", message)]
+    if "head_dim" not in message.replace(" ", "_") or head_dim in said:
+        return None
+    for n, which in ((heads, "query"), (kv_heads, "key/value")):
+        if n in said and n != head_dim:
+            return NamedMistake(raised_message(what, found[1], HEAD_DIM_MISREAD.format(n=n, which=which,
+                                                                                        head_dim=head_dim)))
+    return None
+
+
 def attention_from(rotated, values_of, calls, state, num_heads, *, kv_order="grouped", mask="bottom_right",
                    rotate_values=False, scale_width=None):
     """The module's outputs, call by call, computed here from rotated queries and keys (rotated[(start, size)] =
@@ -404,6 +428,10 @@ def gqa_check(inputs, d_in, d_out, heads, kv_heads, context, num_tokens, b, bias
         if problem is None:
             return None
         rotations = got[module_records:]
+        misread = head_dim_misread(f"{built} on a random {tuple(x.shape)} input", first_raised(got[:module_records]),
+                                   heads, kv_heads, head_dim)
+        if misread:
+            return misread
         usable = (first_raised(got[:module_records]) is None and len(rotations) == 3 * len(spans)
                   and all(_kind(r) == "tensor" for r in rotations)
                   and compare(got[0], want[0], "", ANY_VALUES) is None)
@@ -449,6 +477,90 @@ def gqa_check(inputs, d_in, d_out, heads, kv_heads, context, num_tokens, b, bias
     return strictly(check)
 
 
+CACHE_REPEATED = ("the key/value heads were repeated to num_heads before they were cached: keep the num_kv_heads heads "
+                  "in the cache, (b, num_kv_heads, T, head_dim), and let each group of query heads read its shared head "
+                  "only when the scores are computed (repeat_interleave after the cache, or group the queries)")
+
+
+def _bytes(spec, itemsize=None):
+    dtype = getattr(torch, str(spec.get("dtype")), None) if isinstance(spec, dict) else None
+    if itemsize is None and not isinstance(dtype, torch.dtype):
+        return 0
+    return math.prod(spec.get("shape") or []) * (itemsize or torch.empty((), dtype=dtype).element_size())
+
+
+def cache_memory_check(inputs, d_in=5, heads=8, kv_heads=1, head_dim=8, b=3, chunks=(6, 4)):
+    """What the module keeps between cached calls: num_kv_heads heads of keys and values are GQA's whole saving at
+    inference, num_heads / num_kv_heads times less than num_heads'. Judged two ways, whatever the attributes are
+    called: the bytes each cached call left alive besides its output (measured in the kernel), and the tensors
+    reachable from the module's attributes (lists and dicts followed) after each call."""
+    cls, d_out, context = "GroupedQueryAttention", heads * head_dim, sum(chunks)
+    what = (f"{cls}({d_in}, {d_out}, {context}, 0.0, num_heads={heads}, num_kv_heads={kv_heads}) in eval mode, fed "
+            f"random (b={b}) chunks of {list(chunks)} tokens with use_cache=True after reset_cache(): the memory it "
+            "kept between calls")
+    state = gqa_state(inputs, d_in, d_out, kv_heads * head_dim, False)
+    xs = [inputs.randn(b, size, d_in) for size in chunks]
+    leaves = G("torch").attr("utils").attr("_pytree").attr("tree_leaves")
+    p = Program()
+    measured, watched = (p.call(G(cls), d_in, d_out, context, 0.0, heads, kv_heads) for _ in range(2))
+    for module in (measured, watched):
+        p.load(module, state, hint=PARAMETERS)
+        p.call(module.attr("eval"))
+        p.call(module.attr("reset_cache"))
+    p.record(watched, "its parameters", kind="parameters")
+    for x in xs:
+        p.record(p.call(watched, p.tensor(x), use_cache=True), "the output", atol=float("inf"))
+        p.record(p.call(leaves, watched.attr("__dict__")), "the values of its attributes", atol=float("inf"))
+        p.record(watched, "its buffers", kind="buffers")
+    watched_records = len(p.expects)
+    for x in xs:  # the kernel's measure may refuse a thread or a tensor subclass (SDPA's CausalBias): then not used
+        p.record(p.call(measured, p.tensor(x), use_cache=True, measure=True, catch=True), "the output",
+                 atol=float("inf"))
+
+    def judge(got, _reference):
+        found = first_raised(got[:watched_records])
+        if found:
+            return raised_message(what, found[1], CACHE_HINT)
+        measured_records = got[watched_records:]
+        if first_raised(measured_records) or any(r.get("caught") for r in measured_records if isinstance(r, dict)):
+            measured_records = []
+        try:
+            params = next(r["parameters"] for r in got if isinstance(r, dict) and "parameters" in r)
+            memories = [r["memory"] for r in measured_records if isinstance(r.get("memory"), dict)]
+            measured_outputs = [r["tensor"] for r in measured_records if isinstance(r.get("tensor"), dict)]
+            attributes = [r["list"] for r in got if isinstance(r, dict) and isinstance(r.get("list"), list)]
+            buffers = [r["buffers"] for r in got if isinstance(r, dict) and isinstance(r.get("buffers"), list)]
+            top_params = sum(math.prod(shape) * 4 for name, shape, *_ in params if "." not in str(name))
+        except (StopIteration, TypeError, ValueError, KeyError, AttributeError):
+            return f"{what}: the memory it kept was not recorded"
+        if not len(attributes) == len(buffers) == len(chunks):
+            return f"{what}: the memory it kept was not recorded"
+        if len(memories) != len(chunks) or len(measured_outputs) != len(chunks):
+            memories = measured_outputs = [None] * len(chunks)
+        seen = 0
+        for size, memory, output, values, listed in zip(chunks, memories, measured_outputs, attributes, buffers):
+            seen += size
+            itemsize = 4
+            found = []
+            held = memory.get("retained_bytes") if memory else None
+            if isinstance(held, int) and not isinstance(held, bool):  # what the call made and left alive, less its output
+                itemsize = torch.empty((), dtype=getattr(torch, str(output.get("dtype")), torch.float32)).element_size()
+                found.append(held - _bytes(output))
+            kept = sum(_bytes(v.get("tensor")) for v in values if isinstance(v, dict) and "tensor" in v)
+            kept += sum(math.prod(shape) * 4 for name, shape, *_ in listed if "." in str(name))
+            found.append(kept - top_params)  # the tensors reachable from its attributes, besides its parameters
+            right, repeated = (2 * b * n * seen * head_dim * itemsize for n in (kv_heads, heads))
+            held = max(found)
+            if held >= 0.85 * repeated:
+                return NamedMistake(with_hint(
+                    f"{what}: after {seen} tokens it kept {held:,} bytes: the keys and values of {seen} tokens take "
+                    f"{right:,} bytes with num_kv_heads={kv_heads} head, {repeated:,} bytes with num_heads={heads} "
+                    "heads", CACHE_REPEATED))
+        return None
+
+    return Check(what, p, judge=judge)
+
+
 def grouped_query_attention(inputs):
     checks = []
     for d_in, d_out, heads, kv_heads, context, num_tokens, b, bias, base in [
@@ -462,12 +574,21 @@ def grouped_query_attention(inputs):
                                 "GroupedQueryAttention", (4, 8, 6, 0.5, 4, 2), gqa_state(inputs, 4, 8, 4, False),
                                 inputs.randn(3, 6, 4), inputs.seed(), "apply self.dropout to the attention weights, "
                                 "as in step 7"))
+    checks.append(cache_memory_check(inputs))
     return checks
 
 
 def value_error_check(what, args, words, x=None, chunks=None):
     """The constructor (or a forward pass on x, or cached chunks) must raise a ValueError naming one of `words`."""
     p = Program()
+    # apply_rope alone on each chunk's keys (shape and positions), its error caught: why a chunk that fits fails
+    head_dim, kv_heads = args[1] // args[4], args[5]
+    spans = list(zip(torch.tensor([0] + list(chunks or [])).cumsum(0).tolist(), chunks or []))
+    probes = [(torch.randn(1, kv_heads, size, head_dim, generator=torch.Generator().manual_seed(size)),
+               torch.arange(start, start + size)) for start, size in spans] if head_dim % 2 == 0 else []
+    for keys, positions in probes:
+        p.record(p.call(G("apply_rope"), p.tensor(keys), p.tensor(positions), catch=True), "apply_rope's result",
+                 atol=float("inf"))
     module = p.call(G("GroupedQueryAttention"), *args)
     if x is not None:
         p.call(module, p.tensor(x))
@@ -479,8 +600,17 @@ def value_error_check(what, args, words, x=None, chunks=None):
     raises = check.judge
 
     def judge(got, want):
+        rotated, got, want = got[:2 * len(probes)], got[2 * len(probes):], want[2 * len(probes):]
         early = next((i for i, record in enumerate(got[:len(chunks or [1]) - 1]) if "raised" in record), None)
         if chunks and early is not None:
+            misread = head_dim_misread(f"{what}: chunk {early + 1}, which fits in context_length", (early, got[early]),
+                                       args[4], kv_heads, head_dim)
+            if misread:
+                return misread
+            broken = rope_broken(rotated, probes)
+            if broken:
+                return NamedMistake(raised_message(f"{what}: chunk {early + 1}, which fits in context_length",
+                                                   got[early], broken))
             return raised_message(f"{what}: chunk {early + 1}, which fits in context_length", got[early],
                                   "the kept and new tokens may fill context_length exactly; raise only when they "
                                   "would pass it")
@@ -497,6 +627,33 @@ def value_error_check(what, args, words, x=None, chunks=None):
 
     check.judge = judge
     return check
+
+
+def rope_broken(records, probes):
+    """Why a module cannot run on the student's apply_rope: its records on the probes (caught error, result) that
+    raise or change the shape, named by the mistaken rotation that does the same; "" when apply_rope runs right."""
+    for index, (x, positions) in enumerate(probes):
+        caught, result = records[2 * index:2 * index + 2] if len(records) >= 2 * index + 2 else (None, None)
+        if not isinstance(caught, dict) or not isinstance(result, dict):
+            return ""
+        error = caught.get("caught")
+        shape = result["tensor"]["shape"] if isinstance(result.get("tensor"), dict) else None
+        if error is None and shape == list(x.shape):
+            continue
+        for hint, replacements in ROPE_MISTAKES:
+            try:
+                expected = next(iter(replacements.values()))(x.double().clone(), positions)
+            except (RuntimeError, ValueError, IndexError):
+                continue  # an error of the same type would not say which mistake
+            if error is None and shape == list(expected.shape) and torch.allclose(
+                    tensor_of(result), expected, atol=1e-4, rtol=1e-4):
+                return (f"apply_rope on a {tuple(x.shape)} tensor at positions {positions.tolist()} returns shape "
+                        f"{tuple(shape)}, and the module cannot go on with it: {hint}")
+        what = (f"raises {str(error.get('raised'))[:40]}" if isinstance(error, dict)
+                else f"returns shape {tuple(shape or ())}")
+        return (f"apply_rope on a {tuple(x.shape)} tensor at positions {positions.tolist()} {what}, not a tensor of "
+                "x's shape: the module cannot go on with it (Part 1's checks show why)")
+    return ""
 
 
 def grouped_query_attention_arguments(inputs):
@@ -608,6 +765,9 @@ def padded_check(inputs, d_in, d_out, heads, kv_heads, num_tokens, b, bias, base
         if problem is None:
             return None
         found = first_raised(got[:3])
+        misread = head_dim_misread(what, found, heads, kv_heads, head_dim)
+        if misread:
+            return misread
         if found and b != heads and re.search(rf"size of tensor a \(({b}|{heads})\) must match the size of tensor b "
                                               rf"\(({b}|{heads})\) at non-singleton dimension 1\b",
                                               str(found[1].get("message"))):
@@ -675,18 +835,27 @@ def gradient_check(inputs, d_in, d_out, heads, kv_heads, num_tokens, b):
     module = p.call(G(cls), d_in, d_out, num_tokens, 0.0, heads, kv_heads, qkv_bias=True)
     p.load(module, state, hint=PARAMETERS)
     p.call(module.attr("train"))
-    out = p.call(module, p.tensor(x), padding_mask=p.tensor(pad), grad=True)
-    p.call(p.call(out.attr("sum"), grad=True).attr("backward"), grad=True)
+    out = p.call(module, p.tensor(x), padding_mask=p.tensor(pad), grad=True, trace=0)
+    p.call(p.call(out.attr("sum"), grad=True).attr("backward"), p.tensor(torch.tensor(1.0)), grad=True, trace=0)
     p.record(module, "its gradients", kind="grads")
 
     def judge(got, want):
         found = first_raised(got)
         if found:
             return raised_message(what, found[1], PAD_HINT)
-        if len(got) < 2 or _kind(got[1]) != "grads":
+        traces = [r["trace"] for r in got if isinstance(r, dict) and isinstance(r.get("trace"), dict)]
+        if len(traces) != 2 or not all(isinstance(t.get("ops"), list) for t in traces):
+            return f"{what}: its operations were not recorded"
+        for trace, part in zip(traces, ("forward", "backward")):
+            used = library_ops(trace["ops"], ATTENTION_SOFTMAX)
+            if used:
+                return with_hint(f"{what}: its {part} pass ran aten.{used[0][:60]}, a library's attention kernel",
+                                 OWN_MASKING)
+        grads = next((r["grads"] for r in got if isinstance(r, dict) and isinstance(r.get("grads"), dict)), None)
+        if grads is None:
             return f"{what}: stopped before its gradients"
-        grads = got[1]["grads"]
-        missing = sorted(name for name in want[1]["grads"] if grads.get(name) is None)
+        wanted = next(r["grads"] for r in want if isinstance(r, dict) and isinstance(r.get("grads"), dict))
+        missing = sorted(name for name in wanted if grads.get(name) is None)
         if missing:
             return with_hint(f"{what}: no gradient reached {', '.join(map(str, missing[:4]))}",
                              "the output must come from the layers W_query, W_key, W_value and out_proj")
