@@ -114,6 +114,9 @@ class OpTrace(_InThisThread):
 
     A view (slice, split, unfold, ...) reads nothing: the operations on it read x's elements. A copy of all of x
     (x.to(torch.float64), x.clone(), F.pad(x, ...)) is watched as x from then on, element for element.
+
+        trace.outside(result)  # how many elements of result hold values that came into torch as data during the
+                               # call (numpy, Python lists: what `lift_fresh` brings in), not computed by its operations
     """
     COPIES = {"_to_copy", "clone", "constant_pad_nd", "lift_fresh_copy", "alias", "detach"}
     METADATA = {"new_full", "new_zeros", "new_empty", "new_ones", "empty_like", "zeros_like", "ones_like", "full_like",
@@ -129,10 +132,12 @@ class OpTrace(_InThisThread):
         super().__init__()
         self.watched = {watched.untyped_storage().data_ptr(): watched.untyped_storage().nbytes()}
         self.ops, self.reads, self.unseeded, self.limit = [], [], [], limit
+        self.fresh, self.tainted = set(), set()  # storages brought in as data; storages holding values from them
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         result = func(*args, **(kwargs or {}))
         name = func.overloadpacket.__name__
+        self._follow(name, args, kwargs, result)
         if len(self.ops) >= self.limit:  # past the limit, each other operation once: a refused one is still seen
             if name not in self.ops:
                 self.ops.append(name)
@@ -156,3 +161,26 @@ class OpTrace(_InThisThread):
             for tensor in made:
                 self.watched[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
         return result
+
+    def _follow(self, name, args, kwargs, result):
+        """Follows the values brought into torch as data (more than one number; integer and boolean data, such as
+        positions or masks, are not followed) through the operations computed from them, in place or not."""
+        given = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        if name == "lift_fresh":
+            self.fresh.update(t.untyped_storage().data_ptr() for t in given if t.untyped_storage().nbytes() > 8)
+        tainted = any(t.untyped_storage().data_ptr() in self.tainted or (
+            t.untyped_storage().data_ptr() in self.fresh and (t.is_floating_point() or t.is_complex()))
+            for t in given)
+        inputs = {t.untyped_storage().data_ptr() for t in given}
+        for t in tree_flatten(result)[0]:
+            if isinstance(t, torch.Tensor):
+                address = t.untyped_storage().data_ptr()
+                (self.tainted.add if tainted else self.tainted.discard)(address)
+                if address not in inputs:  # new memory, perhaps where a freed one was
+                    self.fresh.discard(address)
+
+    def outside(self, result):
+        """The number of elements of the tensors in `result` whose values came in as data during the trace."""
+        return sum(t.numel() for t in tree_flatten(result)[0] if isinstance(t, torch.Tensor) and (
+            t.untyped_storage().data_ptr() in self.tainted or (
+                t.untyped_storage().data_ptr() in self.fresh and (t.is_floating_point() or t.is_complex()))))

@@ -634,15 +634,16 @@ VARIANTS.update({
     "tiled_softmax_per_block": {"kind": "mistake", "cells": {"tiled_attention": _TILED_SOFTMAX_PER_BLOCK},
                                       "fails": {"test_tiled_attention": "running",
                                                 "test_tiled_attention_causal": "non-causal",
-                                                "test_tiled_attention_memory": "running"}},
+                                                # a softmax per tile is allowed: the memory cell judges its values
+                                                "test_tiled_attention_memory": "wrong values"}},
     "tiled_error_without_name": {"kind": "mistake", "cells": {"tiled_attention": _TILED_ERROR_WITHOUT_NAME},
                                        "fails": {"test_tiled_attention_arguments": "does not name `block_size`"}},
     "tiled_only_zero_rejected": {"kind": "mistake", "cells": {"tiled_attention": _TILED_ONLY_ZERO_REJECTED},
                                        "fails": {"test_tiled_attention_arguments": "block_size=-2"}},
+    # (block_size, T) rows of scores hold no more than (T, block_size) tiles: the memory cell keeps its point
     "tiled_query_chunks_full_softmax": {"kind": "mistake", "cells": {"tiled_attention": _TILED_QUERY_CHUNKS},
                                               "fails": {"test_tiled_attention": "keys",
-                                                        "test_tiled_attention_causal": "keys",
-                                                        "test_tiled_attention_memory": "keys"}},
+                                                        "test_tiled_attention_causal": "keys"}},
 })
 
 
@@ -962,3 +963,104 @@ VARIANTS["library_in_a_thread_behind_a_decoy_loop"] = {
     "fails": {cell: "started a thread" for cell in ("test_online_softmax", "test_tiled_attention",
                                                   "test_tiled_attention_causal", "test_tiled_attention_memory")},
 }
+
+
+# Online softmax written with the library's softmax over each TILE (issue 45): every block of keys normalised on its
+# own by torch.softmax / F.log_softmax, the blocks combined through their log-sum-exp. Not a softmax over whole rows.
+VARIANTS.update({
+    "tile_softmax_merged_by_logaddexp": {"kind": "correct", "cells": {"tiled_attention":
+        "def tiled_attention(queries, keys, values, block_size, causal=False):\n"
+        "    if block_size < 1:\n"
+        "        raise ValueError(f'block_size must be at least 1, got {block_size}')\n"
+        "    rows = torch.arange(queries.shape[-2])[:, None]\n"
+        "    lse = torch.full_like(queries[..., :1], float('-inf'))\n"
+        "    out = torch.zeros_like(queries)\n"
+        "    for start in range(0, keys.shape[-2], block_size):\n"
+        "        s = queries @ keys[..., start:start + block_size, :].transpose(-2, -1) / queries.shape[-1] ** 0.5\n"
+        "        if causal:\n"
+        "            s = s.masked_fill(torch.arange(start, start + s.shape[-1]) > rows, float('-inf'))\n"
+        "        tile_lse = torch.logsumexp(s, dim=-1, keepdim=True)\n"
+        "        tile_out = torch.softmax(s, dim=-1).nan_to_num() @ values[..., start:start + block_size, :]\n"
+        "        new_lse = torch.logaddexp(lse, tile_lse)\n"
+        "        out = out * torch.exp(lse - new_lse).nan_to_num() + torch.exp(tile_lse - new_lse).nan_to_num() * tile_out\n"
+        "        lse = new_lse\n"
+        "    return out\n"}},
+    "tile_log_softmax_stacked_logsumexp": {"kind": "correct", "cells": {"tiled_attention":
+        "import torch.nn.functional as F\n"
+        "\n"
+        "\n"
+        "def tiled_attention(queries, keys, values, block_size, causal=False):\n"
+        "    if block_size <= 0:\n"
+        "        raise ValueError('block_size must be positive')\n"
+        "    T, d = keys.shape[-2], queries.shape[-1]\n"
+        "    out, lse = None, None\n"
+        "    for k, v, start in zip(keys.split(block_size, -2), values.split(block_size, -2), range(0, T, block_size)):\n"
+        "        s = torch.einsum('...qd,...kd->...qk', queries, k) * d ** -0.5\n"
+        "        if causal:\n"
+        "            s = s.masked_fill(torch.triu(torch.ones(s.shape[-2:], dtype=torch.bool), 1 - start), float('-inf'))\n"
+        "        tile_lse = s.logsumexp(-1)\n"
+        "        tile_out = torch.where(tile_lse[..., None].isinf(), 0.0, F.log_softmax(s, -1).exp()) @ v\n"
+        "        if out is None:\n"
+        "            out, lse = tile_out, tile_lse\n"
+        "            continue\n"
+        "        new_lse = torch.stack([lse, tile_lse]).logsumexp(0)\n"
+        "        out = (lse - new_lse).exp()[..., None] * out + (tile_lse - new_lse).exp()[..., None] * tile_out\n"
+        "        lse = new_lse\n"
+        "    return out\n"}},
+})
+
+# Shortcuts around the loop (issue 45): numpy computes the answer while torch operations on each block of the inputs
+# give the trace what it looks for; and whole rows of scores assembled from the blocks, softmaxed by the library.
+_NUMPY_SOFTMAX = '''import numpy as np
+
+def online_softmax(x, block_size):
+    m = torch.full_like(x[..., :1], float("-inf"))
+    for start in range(0, x.shape[-1], block_size):  # what the grader watches
+        block = x[..., start:start + block_size]
+        m_new = torch.maximum(m, block.amax(-1, keepdim=True))
+        torch.exp(block - m_new).sum(-1, keepdim=True) * torch.exp(m - m_new)
+        m = m_new
+    a = x.detach().cpu().double().numpy()
+    e = np.exp(a - a.max(-1, keepdims=True))
+    return torch.from_numpy(e / e.sum(-1, keepdims=True)).to(x.dtype) + 0 * x
+'''
+_NUMPY_TILED = '''import numpy as np
+
+def tiled_attention(queries, keys, values, block_size, causal=False):
+    if block_size < 1:
+        raise ValueError(f"block_size must be at least 1, got {block_size}")
+    out = torch.zeros_like(queries)
+    for start in range(0, keys.shape[-2], block_size):  # what the grader watches
+        s = queries @ keys[..., start:start + block_size, :].transpose(-2, -1)
+        out = out + torch.exp(s - s.amax(-1, keepdim=True)) @ values[..., start:start + block_size, :]
+    q, k, v = (t.detach().cpu().double().numpy() for t in (queries, keys, values))
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if causal:
+        s = np.where(np.triu(np.ones(s.shape[-2:], dtype=bool), 1), -np.inf, s)
+    e = np.exp(s - s.max(-1, keepdims=True))
+    out.copy_(torch.from_numpy(e / e.sum(-1, keepdims=True) @ v))
+    return out
+'''
+_CAT_BLOCKS_ROW_SOFTMAX = '''def tiled_attention(queries, keys, values, block_size, causal=False):
+    if block_size < 1:
+        raise ValueError(f"block_size must be at least 1, got {block_size}")
+    rows = torch.arange(queries.shape[-2])[:, None]
+    tiles = []
+    for start in range(0, keys.shape[-2], block_size):
+        s = queries @ keys[..., start:start + block_size, :].transpose(-2, -1) / queries.shape[-1] ** 0.5
+        if causal:
+            s = s.masked_fill(torch.arange(start, start + s.shape[-1]) > rows, float("-inf"))
+        torch.exp(s)  # an exponential in the loop, for the grader
+        tiles.append(s)
+    return torch.softmax(torch.cat(tiles, dim=-1), dim=-1) @ values
+'''
+VARIANTS.update({
+    "numpy_behind_torch_decoys": {"kind": "mistake", "cells": {"online_softmax": _NUMPY_SOFTMAX,
+                                                                "tiled_attention": _NUMPY_TILED},
+        "fails": {"test_online_softmax": "numpy", "test_tiled_attention": "numpy",
+                  "test_tiled_attention_causal": "numpy", "test_tiled_attention_memory": "numpy"}},
+    "whole_rows_from_key_blocks_library_softmax": {"kind": "mistake", "cells": {"tiled_attention":
+        _CAT_BLOCKS_ROW_SOFTMAX},
+        "fails": {"test_tiled_attention": "whole rows", "test_tiled_attention_causal": "whole rows",
+                  "test_tiled_attention_memory": "(T, T)"}},
+})

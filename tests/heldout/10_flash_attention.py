@@ -282,8 +282,10 @@ def tiled_attention(queries, keys, values, block_size, causal=False):
         "fails": {"test_tiled_attention": "two-pass", "test_tiled_attention_causal": "two-pass"},
         "not_named": ["not scaled", "rescale", "start + j"],
     },
+    # issue 45: a right online softmax in log-sum-exp form (each tile normalised by the library's softmax, the tiles
+    # merged through logaddexp), once counted as a mistake because it calls torch.softmax: it earns full marks
     "tiled_softmax_per_tile": {
-        "kind": "mistake",
+        "kind": "correct",
         "cells": {"tiled_attention": '''def tiled_attention(queries, keys, values, block_size, causal=False):
     if block_size < 1:
         raise ValueError("block_size must be at least 1")
@@ -301,9 +303,6 @@ def tiled_attention(queries, keys, values, block_size, causal=False):
         lse = new_lse
     return o
 '''},
-        "fails": {"test_tiled_attention": "softmax", "test_tiled_attention_causal": "softmax",
-                  "test_tiled_attention_memory": "softmax"},
-        "not_named": ["not scaled", "rescale", "start + j"],
     },
     "tiled_keeps_all_tiles": {
         "kind": "mistake",

@@ -11,16 +11,20 @@ from attention_course import data
 from attention_grader.judging import (G, Check, Expect, Program, call_check, compare, expect_value_error,
                                       raised_message)
 from attention_grader.judging import NamedMistake
-from attention_grader.judges.common import SOFTMAX_OPS, by_running, first_raised, library_ops, with_hint
+from attention_grader.judges.common import ATTENTION_SOFTMAX, SOFTMAX_OPS, by_running, first_raised, library_ops, \
+    with_hint
 from attention_course.memory import OpTrace
 
 SCORES = data.journey_inputs() @ data.journey_inputs().T
 NO_SOFTMAX = ("the exercise asks you to write the loop: a running maximum and sum over blocks, computed with your "
               "own operations; the grader watches what your function runs, and a library softmax or log-sum-exp "
               "(torch.softmax, F.softmax, logsumexp, whatever name reached it) does the loop's work for it")
-NO_SDPA = ("write the loop over blocks of keys yourself, with a running maximum, sum and output per query (no softmax "
-           "over whole rows of scores, no library attention: SDPA and its kernels are what it is compared with; the "
-           "grader watches the operations your function runs, whatever name reached them)")
+NO_SDPA = ("write the loop over blocks of keys yourself, with a running maximum, sum and output per query (no library "
+           "attention: SDPA and its kernels are what it is compared with; the grader watches the operations your "
+           "function runs, whatever name reached them)")
+OUTSIDE = ("compute the result with torch operations on the inputs: values computed elsewhere (numpy, Python) and "
+           "brought into torch (torch.from_numpy, torch.tensor, torch.as_tensor) are computed where the grader does "
+           "not watch, whatever torch operations run beside them")
 NO_RESCALE = ("the running sum is not rescaled: when the maximum grows from m to m_new, the sum so far was computed "
               "with the old maximum: multiply it by exp(m - m_new) before adding the block's terms")
 INVERTED = ("the result is nan everywhere, as when the sum is rescaled by exp(m_new - m) instead of exp(m - m_new): the "
@@ -142,12 +146,26 @@ WHOLE_ROW = ("loop over blocks of block_size columns and compute with each block
              "updating a running maximum and sum; only the final exp(x - m) / l may read the whole row")
 
 
-def dispatched(what, record, forbidden, hint):
+def dispatched(what, record, forbidden, hint, kind=None):
     """A message when the operations the call ran (recorded in the kernel) include a library's softmax/attention."""
     used = library_ops(record["trace"]["ops"], forbidden)
     if used:
-        return with_hint(f"{what} ran aten.{used[0]}, a library's {'softmax' if 'softmax' in used[0] else 'kernel'}",
-                         hint)
+        kind = kind or ("softmax" if "softmax" in used[0] else "kernel")
+        return with_hint(f"{what} ran aten.{used[0]}, a library's {kind}", hint)
+    return None
+
+
+def from_outside(what, record):
+    """A message when the result of a traced call holds values brought into torch as data during the call (numpy's
+    or Python's), rather than computed by the torch operations the trace saw; None when it holds none."""
+    trace = record.get("trace") if isinstance(record, dict) else None
+    count = trace.get("outside") if isinstance(trace, dict) else None
+    if not isinstance(count, int) or isinstance(count, bool):
+        return f"{what}: its operations were not recorded"
+    if count:
+        return with_hint(f"{what}: {count:,} values of its result came into torch as data during the call (from numpy "
+                         "or Python, through torch.from_numpy, torch.tensor or torch.as_tensor), not from torch "
+                         "operations on its inputs", OUTSIDE)
     return None
 
 
@@ -190,7 +208,7 @@ def one_pass_check(x, block_size):
         reads = block_reads(got, block_size)
         if reads is None:
             return f"{what}: its operations were not recorded"
-        problem = dispatched(what, got[0], LIBRARY_SOFTMAX, NO_SOFTMAX)
+        problem = dispatched(what, got[0], LIBRARY_SOFTMAX, NO_SOFTMAX) or from_outside(what, got[0])
         if problem:
             return problem
         ops, first, wide = reads
@@ -236,26 +254,48 @@ def online_softmax(inputs):
 # Part 2: attention over blocks of keys
 # ---------------------------------------------------------------------------------------------------------------
 
-LIBRARY_ATTENTION = SOFTMAX_OPS
+# PyTorch's attention kernels (by name, in library_ops) and the softmaxes SDPA runs on its math path. A library
+# softmax is no attention kernel: over a tile of scores it is a legitimate step of the loop (each tile normalised on its
+# own, the tiles merged through their log-sum-exp); over whole rows it needs all the scores at once, which the checks
+# below refuse from the sizes of the tensors the call made and from the order it reads the keys in.
+LIBRARY_ATTENTION = ATTENTION_SOFTMAX
+WHOLE_ROWS = ("scores for every key at once make a softmax over whole rows, not the loop: compute the scores of one "
+              "block of keys at a time, (..., T, block_size), and combine the blocks through a running maximum and sum "
+              "(or through their log-sum-exp)")
 
 
 def kernel_check(inputs, causal):
-    """tiled_attention traced in the kernel: no library attention kernel or softmax among the operations it ran."""
-    what = "tiled_attention on random (2, 9, 4) inputs, block_size=3" + (", causal=True" if causal else "")
+    """tiled_attention traced in the kernel: no library attention kernel among the operations it ran, no tensor as
+    large as all the (T, T) scores (whole rows of scores, whatever computes their softmax), and a result computed by the
+    operations traced."""
+    leading, num_tokens, d, block_size = 2, 16, 4, 3  # a (T, block_size, d) broadcast product stays under (T, T)
+    what = (f"tiled_attention on random ({leading}, {num_tokens}, {d}) inputs, block_size={block_size}"
+            + (", causal=True" if causal else ""))
     p = Program()
-    q, k, v = (p.tensor(inputs.randn(2, 9, 4)) for _ in range(3))
-    p.record(p.call(G("tiled_attention"), q, k, v, 3, trace=0, **({"causal": True} if causal else {})),
-             "the output", GENERIC_TILED)
+    q, k, v = (p.tensor(inputs.randn(leading, num_tokens, d)) for _ in range(3))
+    p.record(p.call(G("tiled_attention"), q, k, v, block_size, trace=0, measure=True,
+                    **({"causal": True} if causal else {})), "the output", GENERIC_TILED)
+    whole = leading * num_tokens * num_tokens
 
     def judge(got, want):
         found = first_raised(got)
         if found:
             return raised_message(what, found[1])
-        if not isinstance(got[0], dict) or not isinstance(got[0].get("trace"), dict) or not isinstance(
-                got[0]["trace"].get("ops"), list):
+        memory = got[0].get("memory") if isinstance(got[0], dict) else None
+        largest = memory.get("largest_numel") if isinstance(memory, dict) else None
+        if not isinstance(largest, int) or not isinstance(got[1], dict) or not isinstance(
+                got[1].get("trace"), dict) or not isinstance(got[1]["trace"].get("ops"), list):
             return f"{what}: its operations were not recorded"
-        return dispatched(what, got[0], LIBRARY_ATTENTION, NO_SDPA) or with_hint(compare(got[1], want[1], f"{what}: the output",
-                                                        Expect("", atol=1e-4, rtol=1e-4)), GENERIC_TILED)
+        problem = (dispatched(what, got[1], LIBRARY_ATTENTION, NO_SDPA, "attention kernel")
+                   or from_outside(what, got[1]))
+        if problem:
+            return problem
+        if largest >= whole:
+            return with_hint(f"{what} made a tensor of {largest:,} entries, as many as the scores of every query "
+                             f"against every key ({leading}, {num_tokens}, {num_tokens}): whole rows of scores",
+                             WHOLE_ROWS)
+        return with_hint(compare(got[2], want[2], f"{what}: the output", Expect("", atol=1e-4, rtol=1e-4)),
+                         GENERIC_TILED)
 
     return Check(what, p, judge=judge, mistakes=ATTENTION_MISTAKES)
 
@@ -267,7 +307,7 @@ TWO_PASS_TILED = ("the first pass over the key blocks computes only the maxima, 
                   "pass: that is a two-pass softmax. The online algorithm computes each block's exponentials as soon "
                   "as it reads the block, and multiplies the running sum and output by exp(m - m_new) when the "
                   "maximum grows")
-EXPONENTIALS = ("exp", "logaddexp", "logsumexp", "sigmoid", "log_sigmoid", "softplus")
+EXPONENTIALS = ("exp", "logaddexp", "logsumexp", "sigmoid", "log_sigmoid", "softplus", "_softmax", "_log_softmax")
 
 
 def key_blocks_check(inputs, causal):
@@ -290,6 +330,9 @@ def key_blocks_check(inputs, causal):
         reads = block_reads(got, d * block_size)
         if reads is None:
             return f"{what}: its operations were not recorded"
+        problem = from_outside(what, got[0])
+        if problem:
+            return problem
         ops, first, wide = reads
         missing = [block for block in range(count) if block not in first]
         if missing or (wide and min(wide) < first[count - 1]):
@@ -373,7 +416,8 @@ def memory_check(inputs, num_tokens, d, block_size, causal, traced=False):
             trace = got[1].get("trace") if len(got) > 2 and isinstance(got[1], dict) else None
             if not isinstance(trace, dict) or not isinstance(trace.get("ops"), list):
                 return f"{what}: its operations were not recorded"
-            problem = dispatched(what, got[1], LIBRARY_ATTENTION, NO_SDPA)
+            problem = (dispatched(what, got[1], LIBRARY_ATTENTION, NO_SDPA, "attention kernel")
+                       or from_outside(what, got[1]))
             if problem:
                 return problem
         if largest >= largest_limit:
