@@ -28,6 +28,7 @@ import base64
 import functools
 import math
 import operator
+import sys
 import types
 
 import numpy
@@ -163,6 +164,99 @@ def _raised(error):
 # running a plan
 # ---------------------------------------------------------------------------------------------------------------
 
+class _Launches:
+    """While a traced call runs, the Triton kernels it launches in Triton's interpreter (TRITON_INTERPRET=1): each
+    kernel's name and grid and, per tensor argument, whether it holds the watched tensor (or a copy of it), the most of
+    its elements one load read and how many elements were stored into it; then, of the call's result, how many
+    elements hold a value a kernel stored, and how many a value a kernel loaded from memory no kernel had written (a
+    copy). Without the interpreter (or without triton imported) nothing is recorded."""
+
+    def __init__(self, watched):
+        self.watched, self.launches, self.patched, self.regions = watched, [], [], []
+        self.stored, self.loaded, self.written = [], [], []  # values stored, values copied in, addresses stored
+
+    def __enter__(self):
+        module = sys.modules.get("triton.runtime.interpreter")
+        if module is None:
+            return self
+        executor, builder = module.GridExecutor, module.InterpreterBuilder
+        launch, load, store = executor.__call__, builder.create_masked_load, builder.create_masked_store
+        self.patched = [(executor, "__call__", launch), (builder, "create_masked_load", load),
+                        (builder, "create_masked_store", store)]
+
+        def launched(runner, *args, **kwargs):
+            return self.launch(launch, runner, args, kwargs, module.interpreter_builder)
+
+        def loaded(builder_, ptrs, mask, *rest, **options):
+            result = load(builder_, ptrs, mask, *rest, **options)
+            self.access(ptrs, mask, result.data, "most_read")
+            return result
+
+        def stored(builder_, ptrs, value, mask, *rest, **options):
+            self.access(ptrs, mask, value.data, "stored")
+            return store(builder_, ptrs, value, mask, *rest, **options)
+
+        executor.__call__, builder.create_masked_load, builder.create_masked_store = launched, loaded, stored
+        return self
+
+    def __exit__(self, *exc):
+        for owner, name, original in self.patched:
+            setattr(owner, name, original)
+
+    def launch(self, original, runner, args, kwargs, builder):
+        given = list(zip(runner.arg_names, args)) + list(kwargs.items())
+        record = {"kernel": str(getattr(runner.fn, "__name__", ""))[:100], "grid": None, "tensors": []}
+        self.regions = []
+        for name, t in given:
+            t = t if isinstance(t, torch.Tensor) else getattr(t, "base", None)  # a TensorDescriptor's tensor
+            if isinstance(t, torch.Tensor):
+                entry = {"arg": str(name)[:100], "shape": list(t.shape), "most_read": 0, "stored": 0,
+                         "watched": t.untyped_storage().data_ptr() in self.watched}
+                start = t.untyped_storage().data_ptr()
+                self.regions.append((start, start + t.untyped_storage().nbytes(), entry))
+                record["tensors"].append(entry)
+        if len(self.launches) < MAX_ITEMS:
+            self.launches.append(record)
+        try:
+            return original(runner, *args, **kwargs)
+        finally:
+            record["grid"] = [int(n) for n in getattr(builder, "grid_dim", ())]
+            self.regions = []
+
+    def access(self, ptrs, mask, values, key):
+        addresses = numpy.asarray(ptrs.data)
+        keep = numpy.broadcast_to(numpy.asarray(mask.data, dtype=bool), addresses.shape)
+        addresses = addresses[keep]
+        values = numpy.broadcast_to(numpy.asarray(values), keep.shape)[keep]
+        for start, end, entry in self.regions:
+            inside = numpy.unique(addresses[(addresses >= start) & (addresses < end)])
+            entry[key] = max(entry[key], inside.size) if key == "most_read" else entry[key] + inside.size
+        if key == "stored":
+            self.stored.append(values.copy())
+            self.written.append(addresses.copy())
+        elif self.written:  # a load of memory no kernel wrote in this call brings values in
+            self.written = [numpy.unique(numpy.concatenate(self.written))]
+            self.loaded.append(values[~numpy.isin(addresses, self.written[0])].copy())
+        else:
+            self.loaded.append(values.copy())
+
+    def record(self, result):
+        found = {"launches": self.launches}
+        if self.patched and isinstance(result, torch.Tensor) and result.is_floating_point():
+            got = result.detach().cpu().reshape(-1)
+            counts = []
+            for pool in (self.stored, self.loaded):
+                hit = numpy.zeros(got.numel(), dtype=bool)
+                for dtype in {values.dtype for values in pool if values.dtype.kind == "f"}:
+                    same = numpy.concatenate([values for values in pool if values.dtype == dtype])
+                    mine = got.to(getattr(torch, dtype.name)).numpy()
+                    bits = numpy.dtype(f"u{dtype.itemsize}")
+                    hit |= numpy.isin(mine.view(bits), same.view(bits))
+                counts.append(int(hit.sum()))
+            found["returned"] = {"elements": got.numel(), "stored": counts[0], "copied": counts[1]}
+        return found
+
+
 class Interpreter:
     """Runs the checks of a plan against a namespace: the notebook's globals, or (in the grader) the reference's.
 
@@ -239,6 +333,7 @@ class Interpreter:
         with contextlib.ExitStack() as stack:
             memory = stack.enter_context(PeakMemory()) if op.get("measure") else None
             traced = stack.enter_context(OpTrace(args[trace])) if trace is not None else None
+            launches = stack.enter_context(_Launches(traced.watched)) if trace is not None else None
             for handle in handles:
                 stack.callback(handle.remove)
             try:
@@ -258,7 +353,8 @@ class Interpreter:
                                        "retained_bytes": memory.current_bytes}})  # made inside, alive after it
         if traced is not None:
             records.append({"trace": {"ops": traced.ops, "reads": [list(r) for r in traced.reads][:4000],
-                                      "unseeded": traced.unseeded[:4000]}})
+                                      "unseeded": traced.unseeded[:4000], "outside": traced.outside(result)}
+                            | launches.record(result)})
         if watched:
             records.append({"inputs_of": {label: shapes[:MAX_ITEMS] for label, shapes in seen.items()}})
         if op.get("catch"):
@@ -335,8 +431,11 @@ def stand_in(namespace, name=None, table=()):
 
 
 def _as_written(right, own, key):
-    """The right mask (True = blocked) as the student's own function writes it when that is a number tensor: an
-    additive mask of 0 and a negative number, or 1 = blocked. A bool mask is the exercise's, True = blocked."""
+    """The right mask (True = blocked) as the student's own function means it when that writes numbers: an additive
+    mask of 0 and a negative number stays one; a mask of 0 and 1 comes as a bool mask whose True is what their 1
+    marks: blocked, or may attend where their own mask agrees with that reading on more entries (a lower-triangular
+    mask of ones), so that `masked_fill(mask, ...)`, `mask == 0`, `mask.bool()` and `weights * mask` all read it
+    right. A bool mask is the exercise's, True = blocked."""
     try:
         theirs = own(*key)
     except Exception:
@@ -346,7 +445,10 @@ def _as_written(right, own, key):
         return right.clone()
     if theirs.is_floating_point() and bool((theirs < 0).any()):
         return torch.zeros(right.shape, dtype=theirs.dtype).masked_fill(right, theirs.min().item())
-    return right.to(theirs.dtype)
+    theirs = theirs.detach().cpu()
+    if int((theirs == (~right).to(theirs.dtype)).sum()) > int((theirs == right.to(theirs.dtype)).sum()):
+        return ~right
+    return right.clone()
 
 
 _armed = {}  # the hidden checks of the test cell now running, while its visible tests run

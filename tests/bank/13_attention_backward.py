@@ -376,6 +376,147 @@ _TRITON_EMPTY_KERNEL = (
     "    return o\n"
 )
 
+# Attention in numpy, out of PyTorch's sight: the launchers of the cheats below compute their output with it.
+_NUMPY_ATTENTION = (
+    "import numpy as np\n"
+    "\n"
+    "\n"
+    "def _numpy_attention(q, k, v, causal):\n"
+    "    qn, kn, vn = (x.detach().double().numpy() for x in (q, k, v))\n"
+    "    s = qn @ kn.swapaxes(-1, -2) / math.sqrt(q.shape[-1])\n"
+    "    if causal:\n"
+    "        s = s + np.triu(np.full(s.shape[-2:], -np.inf), 1)\n"
+    "    e = np.exp(s - s.max(-1, keepdims=True))\n"
+    "    return torch.from_numpy((e / e.sum(-1, keepdims=True)) @ vn).float()\n"
+    "\n"
+    "\n"
+)
+# A kernel that writes garbage into the output, which the launcher then overwrites with attention computed in numpy.
+_TRITON_GARBAGE_THEN_NUMPY = _NUMPY_ATTENTION + (
+    "@triton.jit\n"
+    "def attention_forward_kernel(q_ptr, o_ptr, n, BLOCK: tl.constexpr):\n"
+    "    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+    "    tl.store(o_ptr + i, tl.load(q_ptr + i, mask=i < n, other=0.0) * 0.5, mask=i < n)\n"
+    "\n"
+    "\n"
+    "def flash_attention_forward_triton(q, k, v, causal=False):\n"
+    "    check_qkv(q, k, v)\n"
+    "    q = q.float().contiguous()\n"
+    "    o = torch.empty_like(q)\n"
+    "    attention_forward_kernel[(triton.cdiv(q.numel(), 16), 1)](q, o, q.numel(), BLOCK=16)\n"
+    "    o.copy_(_numpy_attention(q, k, v, causal))\n"
+    "    return o\n"
+)
+# Attention computed in numpy before the launch; the kernel copies it into the output (and loads k, for show).
+_TRITON_COPIES_NUMPY = _NUMPY_ATTENTION + (
+    "@triton.jit\n"
+    "def attention_forward_kernel(src_ptr, k_ptr, o_ptr, n, BLOCK: tl.constexpr):\n"
+    "    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+    "    k = tl.load(k_ptr + i, mask=i < n, other=0.0)\n"
+    "    tl.store(o_ptr + i, tl.load(src_ptr + i, mask=i < n, other=0.0) + 0.0 * tl.sum(k, 0), mask=i < n)\n"
+    "\n"
+    "\n"
+    "def flash_attention_forward_triton(q, k, v, causal=False):\n"
+    "    check_qkv(q, k, v)\n"
+    "    answer = _numpy_attention(q, k, v, causal).contiguous()\n"
+    "    o = torch.empty_like(answer)\n"
+    "    attention_forward_kernel[(triton.cdiv(o.numel(), 16), 1)](answer, k.float().contiguous(), o, o.numel(),\n"
+    "                                                          BLOCK=16)\n"
+    "    return o\n"
+)
+# The lesson's row kernel adapted mechanically: a program holds its block of queries and one block of all the keys
+# (BLOCK_K = next_power_of_2(T)), so a plain softmax of the whole row needs no running maximum.
+_TRITON_LESSON_ONE_KEY_BLOCK = (
+    "@triton.jit\n"
+    "def attention_forward_kernel(q_ptr, k_ptr, v_ptr, o_ptr, num_tokens, head_dim, scale, CAUSAL: tl.constexpr,\n"
+    "                             BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr):\n"
+    "    base = tl.program_id(1) * num_tokens * head_dim\n"
+    "    rows = tl.program_id(0) * BLOCK_Q + tl.arange(0, BLOCK_Q)\n"
+    "    cols = tl.arange(0, BLOCK_K)\n"
+    "    dims = tl.arange(0, BLOCK_D)\n"
+    "    q_mask = (rows[:, None] < num_tokens) & (dims[None, :] < head_dim)\n"
+    "    kv_mask = (cols[:, None] < num_tokens) & (dims[None, :] < head_dim)\n"
+    "    q = tl.load(q_ptr + base + rows[:, None] * head_dim + dims[None, :], mask=q_mask, other=0.0)\n"
+    "    k = tl.load(k_ptr + base + cols[:, None] * head_dim + dims[None, :], mask=kv_mask, other=0.0)\n"
+    "    v = tl.load(v_ptr + base + cols[:, None] * head_dim + dims[None, :], mask=kv_mask, other=0.0)\n"
+    "    s = tl.dot(q, tl.trans(k), input_precision=\"ieee\") * scale\n"
+    "    inside = cols[None, :] < num_tokens\n"
+    "    if CAUSAL:\n"
+    "        inside = inside & (cols[None, :] <= rows[:, None])\n"
+    "    s = tl.where(inside, s, float(\"-inf\"))\n"
+    "    e = tl.exp(s - tl.max(s, axis=1)[:, None])\n"
+    "    o = tl.dot(e / tl.sum(e, axis=1)[:, None], v, input_precision=\"ieee\")\n"
+    "    tl.store(o_ptr + base + rows[:, None] * head_dim + dims[None, :], o, mask=q_mask)\n"
+    "\n"
+    "\n"
+    + "def flash_attention_forward_triton" + _edit(_TRITON, ("BLOCK_K=16", "BLOCK_K=triton.next_power_of_2(t)"))
+    .split("def flash_attention_forward_triton", 1)[1]
+)
+# Two kernels: the first keeps the running output unnormalised and writes it with the running sums, in a (b, T, H, d)
+# layout, the second divides; the grid's axes swapped, keys in blocks of 128 transposed as they are loaded, the causal
+# loop stopped at the diagonal, and the result a contiguous copy of the second kernel's output.
+_TRITON_TWO_KERNELS = (
+    "@triton.jit\n"
+    "def partial_attention_kernel(Q, K, V, Acc, Sums, T, D, H, qk_scale, CAUSAL: tl.constexpr,\n"
+    "                             BQ: tl.constexpr, BK: tl.constexpr, BD: tl.constexpr):\n"
+    "    bh, qb = tl.program_id(0), tl.program_id(1)\n"
+    "    i = qb * BQ + tl.arange(0, BQ)\n"
+    "    d = tl.arange(0, BD)\n"
+    "    base = bh * T * D\n"
+    "    q = tl.load(Q + base + i[:, None] * D + d[None, :], mask=(i[:, None] < T) & (d[None, :] < D), other=0.0)\n"
+    "    m = tl.full([BQ], -1.0e38, tl.float32)\n"
+    "    l = tl.zeros([BQ], tl.float32)\n"
+    "    acc = tl.zeros([BQ, BD], tl.float32)\n"
+    "    end = T\n"
+    "    if CAUSAL:\n"
+    "        end = tl.minimum(T, (qb + 1) * BQ)\n"
+    "    for kb in range(0, tl.cdiv(end, BK)):\n"
+    "        j = kb * BK + tl.arange(0, BK)\n"
+    "        kt = tl.load(K + base + j[None, :] * D + d[:, None], mask=(j[None, :] < T) & (d[:, None] < D), other=0.0)\n"
+    "        vb = tl.load(V + base + j[:, None] * D + d[None, :], mask=(j[:, None] < T) & (d[None, :] < D), other=0.0)\n"
+    "        s = tl.dot(q, kt, input_precision=\"ieee\") * qk_scale\n"
+    "        ok = j[None, :] < T\n"
+    "        if CAUSAL:\n"
+    "            ok = ok & (j[None, :] <= i[:, None])\n"
+    "        s = tl.where(ok, s, -1.0e38)\n"
+    "        m_new = tl.maximum(m, tl.max(s, 1))\n"
+    "        p = tl.exp(s - m_new[:, None])\n"
+    "        r = tl.exp(m - m_new)\n"
+    "        l = l * r + tl.sum(p, 1)\n"
+    "        acc = acc * r[:, None] + tl.dot(p, vb, input_precision=\"ieee\")\n"
+    "        m = m_new\n"
+    "    rows = ((bh // H) * T + i) * H + bh % H\n"
+    "    tl.store(Acc + rows[:, None] * D + d[None, :], acc, mask=(i[:, None] < T) & (d[None, :] < D))\n"
+    "    tl.store(Sums + bh * T + i, l, mask=i < T)\n"
+    "\n"
+    "\n"
+    "@triton.jit\n"
+    "def normalise_kernel(Acc, Sums, Out, T, D, H, BQ: tl.constexpr, BD: tl.constexpr):\n"
+    "    bh, qb = tl.program_id(0), tl.program_id(1)\n"
+    "    i = qb * BQ + tl.arange(0, BQ)\n"
+    "    d = tl.arange(0, BD)\n"
+    "    rows = ((bh // H) * T + i) * H + bh % H\n"
+    "    ok = (i[:, None] < T) & (d[None, :] < D)\n"
+    "    acc = tl.load(Acc + rows[:, None] * D + d[None, :], mask=ok, other=0.0)\n"
+    "    l = tl.load(Sums + bh * T + i, mask=i < T, other=1.0)\n"
+    "    tl.store(Out + rows[:, None] * D + d[None, :], acc / l[:, None], mask=ok)\n"
+    "\n"
+    "\n"
+    "def flash_attention_forward_triton(q, k, v, causal=False):\n"
+    "    check_qkv(q, k, v)\n"
+    "    if q.shape != k.shape or k.shape != v.shape:\n"
+    "        raise ValueError('q, k and v must have the same shape')\n"
+    "    b, h, t, d = q.shape\n"
+    "    q, k, v = (x.float().contiguous() for x in (q, k, v))\n"
+    "    acc, out = torch.empty(b, t, h, d), torch.empty(b, t, h, d)\n"
+    "    sums = torch.empty(b * h, t)\n"
+    "    grid = (b * h, triton.cdiv(t, 16))\n"
+    "    bd = max(16, triton.next_power_of_2(d))\n"
+    "    partial_attention_kernel[grid](q, k, v, acc, sums, t, d, h, d ** -0.5, CAUSAL=causal, BQ=16, BK=128, BD=bd)\n"
+    "    normalise_kernel[grid](acc, sums, out, t, d, h, BQ=16, BD=bd)\n"
+    "    return out.transpose(1, 2).contiguous()\n"
+)
+
 VARIANTS = {
     "einsum_rowsum_of_p_dp": {
         "kind": "correct",
@@ -570,6 +711,25 @@ VARIANTS = {
         "cells": {"flash_attention_forward_triton": _TRITON_EMPTY_KERNEL},
         "fails": {"test_flash_attention_forward_triton": "on k's elements"},
     },
+    "triton_garbage_kernel_numpy_outside": {
+        "kind": "cheat",
+        "cells": {"flash_attention_forward_triton": _TRITON_GARBAGE_THEN_NUMPY},
+        "fails": {"test_flash_attention_forward_triton": "hold no value a kernel it launched"},
+    },
+    "triton_kernel_copies_numpy_attention": {
+        "kind": "cheat",
+        "cells": {"flash_attention_forward_triton": _TRITON_COPIES_NUMPY},
+        "fails": {"test_flash_attention_forward_triton": "loaded from memory no kernel had written"},
+    },
+    "triton_lesson_one_key_block": {
+        "kind": "mistake",
+        "cells": {"flash_attention_forward_triton": _TRITON_LESSON_ONE_KEY_BLOCK},
+        "fails": {"test_flash_attention_forward_triton": "more than the 128 keys"},
+    },
+    "triton_two_kernels_keys_by_128": {
+        "kind": "correct",
+        "cells": {"flash_attention_forward_triton": _TRITON_TWO_KERNELS},
+    },
 }
 
 # Autograd and the whole matrix run in a thread: a dispatch mode sees its own thread only, so a watched call may start
@@ -695,9 +855,10 @@ PROOF = {
         "correct": ["flash_query_tiles_outside_where_large_negative", "flash_key_default_blocks_changed"],
     },
     "test_flash_attention_forward_triton": {
-        "lesson": ["triton_lesson_softmax_rows_kernel"],
+        "lesson": ["triton_lesson_softmax_rows_kernel", "triton_lesson_one_key_block"],
         "shortcut": ["triton_kernel_never_launched_sdpa", "triton_sdpa_instead_of_a_kernel",
-                     "triton_empty_kernel_launched"],
-        "correct": ["triton_strides_exp2_no_dot", "triton_normalised_each_block"],
+                     "triton_empty_kernel_launched", "triton_garbage_kernel_numpy_outside",
+                     "triton_kernel_copies_numpy_attention"],
+        "correct": ["triton_strides_exp2_no_dot", "triton_normalised_each_block", "triton_two_kernels_keys_by_128"],
     },
 }

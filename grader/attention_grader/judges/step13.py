@@ -7,63 +7,162 @@ a few times the inputs' memory at most, which central differences exceed). Part 
 kernel, and its backward builds no autograd graph (flash_engine_check). Part 4 is judged against SDPA computed here, in
 float64; the kernel runs in Triton's interpreter (TRITON_INTERPRET=1, set by the course package and the grading
 sandbox), and the launcher's traced operations show that it launched a kernel and computed no attention itself (only
-copies read k's elements). When T_q < T_k the queries are the last T_q positions (the causal mask aligned bottom-right).
+copies read k's elements); the probe's launch records show that every element it returned holds a value its kernels
+stored, computed rather than copied in, and that no load read more than 128 keys (on a T longer than that). When T_q < T_k the queries are the last T_q positions (the causal mask aligned bottom-right).
 """
 import functools
 import math
+import re
 
 import torch
 import torch.nn.functional as F
 
 from attention_course.probe import decode_tensor
-from attention_grader.judges.common import first_raised, library_ops, with_hint
-from attention_grader.judging import (G, Check, Expect, NamedMistake, Program, as_data, call_check, compare, describe,
-                                      raised_message, require_call)
+from attention_grader.judges.common import first_raised, library_ops, with_hint, with_other_hint
+from attention_grader.judging import (G, Check, Expect, NamedMistake, Program, as_data, call_check, compare,
+                                      default_judge, describe, raised_message, require_call)
 
-GENERIC = ("P = softmax(S), S = scale * Q K^T (masked); d_v = P^T dO; dP = dO V^T; D = rowsum(dO * O); "
-           "dS = P * (dP - D); d_q = scale * dS K; d_k = scale * dS^T Q")
+GENERIC = ("none of the usual mistakes gives these values: compare each line with P = softmax(S), "
+           "S = scale * Q K^T (masked); d_v = P^T dO; dP = dO V^T; D = rowsum(dO * O); dS = P * (dP - D); "
+           "d_q = scale * dS K; d_k = scale * dS^T Q")
 D_FROM_DP = ("D is rowsum(dO * O) (equal to rowsum(P * dP)), not rowsum(dP): the softmax's Jacobian is diag(P) - P P^T, "
              "so each row subtracts the P-weighted average of dP")
+D_OVER_QUERIES = ("D is one number per query, a sum over that query's keys (dim=-1): it was summed over the queries "
+                  "(dim=-2) instead")
 NO_D = "the softmax's Jacobian has a second term, -P P^T: dS = P * (dP - D) with D = rowsum(dO * O), not P * dP"
 NO_SCALE = "S = scale * Q K^T, so d_q = scale * dS K and d_k = scale * dS^T Q: the scale is missing"
 SCALE_TWICE = "the scale appears once in S, so once in d_q and d_k: it was applied twice"
-NO_MASK = "the backward must use the same masked weights as the forward: masked scores are -inf, their P is 0"
+SCALE_DIVIDES = ("scale is a multiplier, S = scale * Q K^T (1 / sqrt(head_dim) when None): a given scale divided the "
+                 "scores instead")
+NO_MASK = ("the scores were not masked: with causal the backward uses the same masked weights as the forward "
+           "(masked scores are -inf, their P is 0)")
+MASK_DIAGONAL = ("the mask also hid each query's own position (the diagonal): a query may attend to itself, only the "
+                 "keys after it are masked")
+MASK_AFTER = ("the masked weights were set to 0 after the softmax, so each row no longer sums to 1: mask the scores "
+              "with -inf before the softmax")
+SOFTMAX_DIM = "the softmax runs over each query's keys (dim=-1), not over the queries (dim=-2)"
 D_V_TRANSPOSE = "O = P V, so d_v = P^T dO (the weights transposed), not P dO"
+D_K_TRANSPOSE = "S = scale * Q K^T, so d_k = scale * dS^T Q with dS transposed (keys index its columns), not dS Q"
+D_P_TRANSPOSE = "dP = dO V^T, of shape (T_q, T_k) like P: it was computed as V dO^T, the transposed matrix"
 TOP_LEFT = ("with fewer queries than keys the mask is aligned top-left: the queries are the last T_q of the T_k "
             "positions, so query i is position T_k - T_q + i (bottom-right, as step 09's cache)")
 NO_D_LSE = ("L = logsumexp(S) is an output too: dL/dS = P, so each row of dS gains P * d_lse: "
             "dS = P * (dP - D + d_lse)")
+LSE_GENERIC = ("none of the usual mistakes gives these values: with L = logsumexp(S) an output too, dS is "
+               "P * (dP - D) plus what d_lse sends through dL/dS; then d_q = scale * dS K and d_k = scale * dS^T Q")
+LSE_UNWEIGHTED = ("d_lse reaches each score through dL/dS = P: dS gains P * d_lse, not d_lse itself added to every "
+                  "score")
+LSE_SIGN = "the sign of d_lse is flipped: L grows with each score (dL/dS = P > 0), so dS = P * (dP - D + d_lse)"
+LSE_EXP = "dL/dS = exp(S - L) = P, the normalised weights, not exp(S): dS gains P * d_lse"
+LSE_FLAT = ("d_lse (b, H, T) holds one number per query: give it a last dimension, d_lse[..., None], so that it "
+            "scales that query's row of P; without it, it lines up with the keys")
+MASK_SQUARE = ("the mask was built (T_q, T_q) from q's length alone: it is (T_q, T_k), one column per key, with the "
+               "queries the last T_q positions")
+LSE_UNSCALED = ("d_lse's share of dS goes through S = scale * Q K^T like the rest: it was added to d_q and d_k without "
+                "the scale")
 
 
 def mistaken_backward(q, k, v, d_out, scale=None, causal=False, d="o", scale_times=1, mask=True, transpose_v=True,
-                      d_lse=None, bottom_right=True):
-    multiplier = q.shape[-1] ** -0.5 if scale is None else scale
+                      d_lse=None, bottom_right=True, divide=False, transpose_k=True, transpose_dp=True, softmax_dim=-1,
+                      diagonal=0, mask_after=False, lse="p", lse_scaled=True, square_mask=False):
+    multiplier = q.shape[-1] ** -0.5 if scale is None else 1 / scale if divide else scale
     s = torch.matmul(q, k.transpose(-2, -1)) * multiplier
+    blocked = None
     if causal and mask:
         t_q, t_k = q.shape[-2], k.shape[-2]
-        s = s.masked_fill(torch.ones(t_q, t_k, dtype=torch.bool).triu(1 + (t_k - t_q) * bottom_right), float("-inf"))
-    p = s.softmax(dim=-1)
+        blocked = torch.ones(t_q, t_q if square_mask else t_k, dtype=torch.bool).triu(
+            1 + (t_k - t_q) * bottom_right * (not square_mask) - diagonal)
+        s = s if mask_after else s.masked_fill(blocked, float("-inf"))
+    p = s.softmax(dim=softmax_dim)
+    if mask_after and blocked is not None:
+        p = p.masked_fill(blocked, 0.0)
     o = torch.matmul(p, v)
-    d_p = d_out @ v.transpose(-2, -1)
-    row = {"o": (d_out * o).sum(-1, keepdim=True), "dp": d_p.sum(-1, keepdim=True), "none": 0}[d]
-    if d_lse is not None:
-        row = row - d_lse[..., None]
-    d_s = p * (d_p - row)
+    d_p = d_out @ v.transpose(-2, -1) if transpose_dp else v @ d_out.transpose(-2, -1)
+    row = {"o": lambda: (d_out * o).sum(-1, keepdim=True), "dp": lambda: d_p.sum(-1, keepdim=True),
+           "pdp": lambda: (p * d_p).sum(-1, keepdim=True), "queries": lambda: (p * d_p).sum(-2, keepdim=True),
+           "none": lambda: 0}[d]()
     factor = multiplier ** scale_times
+    d_s = factor * p * (d_p - row)
+    if d_lse is not None:
+        weight = {"p": p, "flat": p, "one": torch.ones_like(p), "exp": s.exp(), "-p": -p}[lse]
+        d_s = d_s + weight * (d_lse if lse == "flat" else d_lse[..., None]) * (factor if lse_scaled else 1)
     d_v = (p.transpose(-2, -1) if transpose_v else p) @ d_out
-    return factor * d_s @ k, factor * d_s.transpose(-2, -1) @ q, d_v
+    return d_s @ k, (d_s.transpose(-2, -1) if transpose_k else d_s) @ q, d_v
 
 
 def mistake(hint, name, **wrong):
     return hint, {name: functools.partial(mistaken_backward, **wrong)}
 
 
+# mistakes that give values whatever the shapes, then those that raise when T_q < T_k (a mistake that raises is
+# matched by the kind of error alone, so these are not tried where the answer key's own shapes would make them raise)
 BACKWARD_MISTAKES = (mistake(D_FROM_DP, "attention_backward", d="dp"), mistake(NO_D, "attention_backward", d="none"),
+                     mistake(D_OVER_QUERIES, "attention_backward", d="queries"),
                      mistake(NO_SCALE, "attention_backward", scale_times=0),
                      mistake(SCALE_TWICE, "attention_backward", scale_times=2),
+                     mistake(SCALE_DIVIDES, "attention_backward", divide=True),
                      mistake(NO_MASK, "attention_backward", mask=False),
-                     mistake(D_V_TRANSPOSE, "attention_backward", transpose_v=False),
+                     mistake(MASK_DIAGONAL, "attention_backward", diagonal=1),
+                     mistake(MASK_AFTER, "attention_backward", mask_after=True),
+                     mistake(SOFTMAX_DIM, "attention_backward", softmax_dim=-2),
                      mistake(TOP_LEFT, "attention_backward", bottom_right=False))
+SQUARE_ONLY_MISTAKES = (mistake(D_V_TRANSPOSE, "attention_backward", transpose_v=False),
+                        mistake(D_K_TRANSPOSE, "attention_backward", transpose_k=False),
+                        mistake(D_P_TRANSPOSE, "attention_backward", transpose_dp=False),
+                        mistake(D_P_TRANSPOSE, "attention_backward", transpose_dp=False, d="pdp"))
+
+
+RAISING_MISTAKES = ((MASK_SQUARE, functools.partial(mistaken_backward, square_mask=True)),
+                    (D_V_TRANSPOSE, functools.partial(mistaken_backward, transpose_v=False)),
+                    (D_K_TRANSPOSE, functools.partial(mistaken_backward, transpose_k=False)),
+                    (D_P_TRANSPOSE, functools.partial(mistaken_backward, transpose_dp=False)),
+                    (D_P_TRANSPOSE, functools.partial(mistaken_backward, transpose_dp=False, d="pdp")))
+LSE_RAISING_MISTAKES = ((LSE_FLAT, lambda q, k, v, d_out, d_lse, scale=None, causal=False: mistaken_backward(
+    q, k, v, d_out, scale, causal, d_lse=d_lse, lse="flat")),)
+
+
+def error_key(record):
+    """An error's kind and message, the order of the two operands a broadcast names left out."""
+    text = str(record.get("message", ""))
+    return (str(record.get("raised")), re.sub(r"\d+", "#", text).replace("tensor b", "tensor a"),
+            sorted(re.findall(r"\d+", text)))
+
+
+def named_failures(check, args=(), raising=()):
+    """The check's judge, naming two mistakes its records show even when the visible tests failed first: a changed
+    input, and an error that exactly one known mistake in `raising` (hint, function) raises on the same `args` (the
+    same kind and message, up to the order of the operands). Several such mistakes: none is named."""
+    def judge(got, want):
+        problem = default_judge(check, got, want)
+        if not problem or isinstance(problem, NamedMistake):
+            return problem
+        if "its input after the call" in problem.split("\n")[0]:
+            return NamedMistake(problem)
+        found = first_raised(got)
+        hints = set()
+        for hint, function in raising if found else ():
+            try:
+                function(*args)
+            except Exception as error:  # noqa: BLE001 -- any error the mistake raises is compared with the student's
+                if error_key({"raised": type(error).__name__, "message": str(error)}) == error_key(found[1]):
+                    hints.add(hint)
+        return NamedMistake(with_other_hint(problem, hints.pop())) if len(hints) == 1 else problem
+
+    check.judge = judge
+    return check
+
+
+def lse_mistake(hint, **wrong):
+    def mistaken(q, k, v, d_out, d_lse, scale=None, causal=False):
+        return mistaken_backward(q, k, v, d_out, scale, causal, d_lse=None if wrong.get("lse") == "none" else d_lse,
+                                 **{key: value for key, value in wrong.items() if key != "lse" or value != "none"})
+    return hint, {"attention_lse_backward": mistaken}
+
+
+LSE_MISTAKES = (lse_mistake(NO_D_LSE, lse="none"), lse_mistake(LSE_UNWEIGHTED, lse="one"),
+                lse_mistake(LSE_SIGN, lse="-p"), lse_mistake(LSE_EXP, lse="exp"),
+                lse_mistake(LSE_UNSCALED, lse_scaled=False), lse_mistake(D_FROM_DP, d="dp"),
+                lse_mistake(NO_D, d="none"), lse_mistake(NO_SCALE, scale_times=0))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -180,7 +279,8 @@ def backward_checks(inputs, causal):
         what = (f"attention_backward on random {(b, h, t, d)} inputs, scale={scale}"
                 + (", causal=True" if causal else ""))
         check = call_check(what, "attention_backward", q, k, v, d_out, scale, causal, hint=GENERIC, atol=1e-4)
-        check.mistakes = BACKWARD_MISTAKES
+        check.mistakes = BACKWARD_MISTAKES + SQUARE_ONLY_MISTAKES
+        named_failures(check)
         checks.append(check)
     if causal:  # fewer queries than keys: the queries are the last positions (bottom-right)
         q, d_out = inputs.randn(2, 2, 3, 4), inputs.randn(2, 2, 3, 4)
@@ -188,6 +288,7 @@ def backward_checks(inputs, causal):
         check = call_check("attention_backward on random q (2, 2, 3, 4) and k, v (2, 2, 8, 4), causal=True",
                            "attention_backward", q, k, v, d_out, None, True, hint=GENERIC, atol=1e-4)
         check.mistakes = BACKWARD_MISTAKES
+        named_failures(check, (q, k, v, d_out, None, True), RAISING_MISTAKES)
         checks.append(check)
     return checks
 
@@ -209,9 +310,10 @@ def attention_lse_backward(inputs):
         q, k, v, d_out = (inputs.randn(b, h, t, d) for _ in range(4))
         d_lse = inputs.randn(b, h, t)
         check = call_check(f"attention_lse_backward on random {(b, h, t, d)} inputs, causal={causal}",
-                           "attention_lse_backward", q, k, v, d_out, d_lse, None, causal, hint=NO_D_LSE, atol=1e-4)
-        check.mistakes = ((NO_D_LSE, {"attention_lse_backward": lambda q, k, v, d_out, d_lse, scale=None,
-                                      causal=False: mistaken_backward(q, k, v, d_out, scale, causal)}),)
+                           "attention_lse_backward", q, k, v, d_out, d_lse, None, causal, hint=LSE_GENERIC,
+                           atol=1e-4)
+        check.mistakes = LSE_MISTAKES
+        named_failures(check, (q, k, v, d_out, d_lse, None, causal), LSE_RAISING_MISTAKES)
         checks.append(check)
     return checks
 
@@ -227,6 +329,95 @@ NO_L = "save the log-sum-exp L (b, H, T) with ctx.save_for_backward: the backwar
 RECOMPUTE = ("each tile's weights are exp(scale * q_i k_j^T - L_i) (masked like the forward): subtracting L "
              "normalises them, no second pass over the row")
 LAST_TILE = "the last tile may be shorter than block_q or block_k: range(0, T, block) with x[..., i:i + block] covers all"
+
+FLASH_FORWARD_GENERIC = ("none of the usual mistakes gives this output: per key tile, m_new = max(m, rowmax(s)); "
+                         "rescale the running sum and output by exp(m - m_new); add exp(s - m_new) and its product with "
+                         "the tile's values; cover every tile (the last may be shorter); divide by the sum at the "
+                         "end")
+FLASH_BACKWARD_GENERIC = ("none of the usual mistakes gives these gradients: per tile, P is the forward's weights "
+                          "rebuilt from the saved L, exp(scale * q_i k_j^T - L_i), masked as the forward masked them; "
+                          "d_v_j += P^T dO_i; dS = P * (dO_i v_j^T - D_i) with D = rowsum(dO * O) over the whole row; "
+                          "d_q_i += scale * dS k_j; d_k_j += scale * dS^T q_i")
+FLASH_NOT_RESCALED = ("when the running maximum grows, the output kept so far was weighted by exp(s - m_old): multiply "
+                      "it by exp(m_old - m_new), as the running sum is")
+FLASH_SUM_NOT_RESCALED = ("when the running maximum grows, the running sum was not multiplied by exp(m_old - m_new), "
+                          "as the output kept so far is")
+FLASH_LSE_NO_LOG = "the saved L is m + l: the log-sum-exp is m + log(l), so the weights exp(s - L) come out wrong"
+FLASH_BACKWARD_UNMASKED = ("the backward's tiles were not masked: with causal, each tile's recomputed weights must be "
+                           "masked as the forward masked them (keys after their query get score -inf, so P = 0)")
+FLASH_NOT_FROM_L = ("the backward's weights exp(scale * q_i k_j^T) were not normalised: they are the forward's weights "
+                    "rebuilt from the saved L, exp(scale * q_i k_j^T - L_i)")
+FLASH_TILE_D = ("D = rowsum(dO * O) is one number per query over its whole row of keys: it was summed within one key "
+                "tile (rowsum(dP * P) of the tile) instead")
+FLASH_OVERWRITE = ("d_k and d_v of a key tile sum the shares of every query tile: add them (+=), an assignment keeps "
+                   "only the last query tile's share")
+FLASH_GRADIENT_COUNT = ("backward returns one gradient per argument of forward, in order: d_q, d_k, d_v and None for "
+                        "causal, block_q and block_k")
+
+
+def mistaken_flash(rescale=True, rescale_sum=True, last_tile=True, bottom_right=True, log_l=True, backward_mask=True,
+                   tile_d=False, backward_scale=True, accumulate=True, subtract_l=True):
+    """A FlashAttention (autograd.Function) with one known mistake, to name it by running it."""
+
+    def scores(q, k, causal, mask=True):
+        t_q, t_k = q.shape[-2], k.shape[-2]
+        s = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5
+        if causal and mask:
+            blocked = torch.ones(t_q, t_k, dtype=torch.bool).triu(1 + (t_k - t_q) * bottom_right)
+            s = s.masked_fill(blocked, float("-inf"))
+        return s
+
+    class Mistaken(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, causal=False, block_q=16, block_k=16):
+            s, t_k = scores(q, k, causal), k.shape[-2]
+            m = torch.full(s.shape[:-1], float("-inf"), dtype=s.dtype)
+            l, acc = torch.zeros_like(m), torch.zeros(*s.shape[:-1], v.shape[-1], dtype=s.dtype)
+            for j in range(0, t_k if last_tile else t_k - block_k + 1, block_k):
+                m_new = torch.maximum(m, s[..., j:j + block_k].amax(-1))
+                p = torch.exp(s[..., j:j + block_k] - m_new[..., None])
+                alpha = torch.exp(m - m_new)
+                l = (alpha * l if rescale_sum else l) + p.sum(-1)
+                acc = (alpha[..., None] * acc if rescale else acc) + p @ v[..., j:j + block_k, :]
+                m = m_new
+            out = acc / l[..., None]
+            ctx.save_for_backward(q, k, v, out, m + (torch.log(l) if log_l else l))
+            ctx.causal, ctx.block_q, ctx.block_k = causal, block_q, block_k
+            return out
+
+        @staticmethod
+        def backward(ctx, d_out):
+            q, k, v, out, lse = ctx.saved_tensors
+            scale = q.shape[-1] ** -0.5 if backward_scale else 1.0
+            p = torch.exp(scores(q, k, ctx.causal, backward_mask) - (lse[..., None] if subtract_l else 0))
+            d_p = d_out @ v.transpose(-2, -1)
+            if tile_d:
+                row = torch.cat([(p * d_p)[..., j:j + ctx.block_k].sum(-1, keepdim=True).expand(
+                    *p.shape[:-1], min(ctx.block_k, p.shape[-1] - j)) for j in range(0, p.shape[-1], ctx.block_k)], -1)
+            else:
+                row = (d_out * out).sum(-1, keepdim=True)
+            d_s = p * (d_p - row) * scale
+            if not accumulate:  # each key tile keeps the share of the last query tile only
+                last = (q.shape[-2] - 1) // ctx.block_q * ctx.block_q
+                p, d_s_k, q_k, d_out_k = p[..., last:, :], d_s[..., last:, :], q[..., last:, :], d_out[..., last:, :]
+            else:
+                d_s_k, q_k, d_out_k = d_s, q, d_out
+            return (d_s @ k, d_s_k.transpose(-2, -1) @ q_k, p.transpose(-2, -1) @ d_out_k, None, None, None)
+
+    return Mistaken
+
+
+FLASH_FORWARD_MISTAKES = ((FLASH_NOT_RESCALED, {"FlashAttention": mistaken_flash(rescale=False)}),
+                          (FLASH_SUM_NOT_RESCALED, {"FlashAttention": mistaken_flash(rescale_sum=False)}),
+                          (LAST_TILE, {"FlashAttention": mistaken_flash(last_tile=False)}),
+                          (TOP_LEFT, {"FlashAttention": mistaken_flash(bottom_right=False)}))
+FLASH_BACKWARD_MISTAKES = FLASH_FORWARD_MISTAKES + (
+    (FLASH_LSE_NO_LOG, {"FlashAttention": mistaken_flash(log_l=False)}),
+    (FLASH_BACKWARD_UNMASKED, {"FlashAttention": mistaken_flash(backward_mask=False)}),
+    (FLASH_NOT_FROM_L, {"FlashAttention": mistaken_flash(subtract_l=False)}),
+    (FLASH_TILE_D, {"FlashAttention": mistaken_flash(tile_d=True)}),
+    (NO_SCALE, {"FlashAttention": mistaken_flash(backward_scale=False)}),
+    (FLASH_OVERWRITE, {"FlashAttention": mistaken_flash(accumulate=False)}))
 
 
 def key_shape(shape, t_k):
@@ -254,7 +445,7 @@ def flash_forward_check(inputs, shape, causal, block_q, block_k, t_k=None):
             return raised_message(what, found[1])
         problem = compare(got[0], want[0], f"{what}: the output", Expect("", atol=1e-4, rtol=1e-4))
         if problem:
-            return with_hint(problem, LAST_TILE)
+            return with_hint(problem, FLASH_FORWARD_GENERIC)
         saved = got[1].get("tuple") if isinstance(got[1], dict) else None
         tensors = ([x["tensor"] for x in saved if isinstance(x, dict) and isinstance(x.get("tensor"), dict)]
                    if isinstance(saved, list) else None)
@@ -276,7 +467,7 @@ def flash_forward_check(inputs, shape, causal, block_q, block_k, t_k=None):
             return f"{what}: " + NO_L
         return None
 
-    return Check(what, p, judge=judge)
+    return Check(what, p, judge=judge, mistakes=FLASH_FORWARD_MISTAKES)
 
 
 def flash_backward_check(inputs, shape, causal, block_q, block_k, t_k=None):
@@ -289,8 +480,18 @@ def flash_backward_check(inputs, shape, causal, block_q, block_k, t_k=None):
     out = p.call(G("FlashAttention").attr("apply"), *leaves, causal, block_q, block_k, grad=True)
     p.call(out.attr("backward"), p.tensor(inputs.randn(*shape)), grad=True)
     for name, leaf in zip(("d_q", "d_k", "d_v"), leaves):
-        p.record(leaf.attr("grad"), name, RECOMPUTE)
-    return Check(what, p)
+        p.record(leaf.attr("grad"), name, FLASH_BACKWARD_GENERIC)
+    check = Check(what, p, mistakes=FLASH_BACKWARD_MISTAKES)
+
+    def judge(got, want):
+        found = first_raised(got)
+        if found and "incorrect number of gradients" in str(found[1].get("message")):
+            return NamedMistake(raised_message(what, found[1], FLASH_GRADIENT_COUNT).split("\n  likely mistake: ")[0]
+                                + f"\n  likely mistake: {FLASH_GRADIENT_COUNT}")
+        return default_judge(check, got, want)
+
+    check.judge = judge
+    return check
 
 
 FLASH_LIBRARY = ("write the tiles yourself: a running maximum and sum in the forward, each tile's weights recomputed "
@@ -546,12 +747,22 @@ def padded_keys_attention(q, k, v, block_k):
     return F.scaled_dot_product_attention(q, k, v)
 
 
-# What the launcher runs, traced: Triton's interpreter copies each tensor argument of a launch to the host with
-# aten.set_ and back with aten.copy_, and runs the kernel in numpy, which PyTorch does not see. So a launch shows as
-# set_, and attention computed by PyTorch in the launcher shows as its operations.
+# What the launcher runs, traced: Triton's interpreter runs the kernel in numpy, which PyTorch does not see, so attention
+# computed by PyTorch in the launcher shows as its operations. The probe records each launch in the interpreter (the
+# most elements of k one load read, the elements stored into each argument) and how many elements of the result hold a
+# value a kernel stored, or a value a kernel loaded from memory no kernel wrote and stored unchanged (a copy).
 LAUNCHER_REFUSED = {"_softmax", "_log_softmax", "_safe_softmax", "logsumexp", "exp", "exp2", "mm", "bmm", "baddbmm",
                     "addmm", "addbmm", "matmul", "dot", "mv"}
 NOT_LAUNCHED = "the kernel never ran: launch it on its grid, kernel[grid](...), and return what it stored"
+NOT_STORED = ("return what the kernel stored (the tensor it wrote, or a view of it): the scores, the softmax and the "
+              "weighted sum are computed in the kernel, not before or after the launch")
+PART_STORED = ("every element of the output is stored by the kernel: each block of queries of each (sequence, head) "
+               "needs its program on the grid, and the store's mask keeps only what lies past T or head_dim out")
+COPIED = ("the kernel stored values it loaded, unchanged: the output was computed before the launch; the kernel must "
+          "compute it from q, k and v")
+MOST_KEYS = 128  # the task: a program holds at most this many keys at a time, whatever T is
+WHOLE_ROW = (f"walk over the keys in blocks of BLOCK_K (at most {MOST_KEYS}), keeping a running maximum, sum and "
+             "output per query: no program holds a whole row of keys")
 IN_THE_LAUNCHER = ("the launcher computes attention with PyTorch: the scores, the softmax and the weighted sum belong "
                    "in the kernel, which the launcher only prepares for (contiguous float32 tensors, an output) and "
                    "launches")
@@ -564,11 +775,11 @@ COPIES = {"_to_copy", "clone", "constant_pad_nd", "lift_fresh_copy", "alias", "d
           "squeeze", "split", "unbind", "contiguous"}
 
 
-def launch_problem(what, record):
+def launch_problem(what, record, head_dim):
     trace = (record.get("trace") or {}) if isinstance(record, dict) else {}
-    ops, reads = trace.get("ops"), trace.get("reads")
-    if not isinstance(ops, list) or not isinstance(reads, list):
-        return f"{what}: the operations it ran were not recorded"
+    ops, reads, launches = trace.get("ops"), trace.get("reads"), trace.get("launches")
+    if not isinstance(ops, list) or not isinstance(reads, list) or not isinstance(launches, list):
+        return f"{what}: the operations it ran or the kernels it launched were not recorded"
     used = library_backward_ops(ops, LAUNCHER_REFUSED)
     if used:
         return with_hint(f"{what}: the launcher ran aten.{used[0]}", IN_THE_LAUNCHER)
@@ -576,8 +787,27 @@ def launch_problem(what, record):
                        and isinstance(read[0], int) and 0 <= read[0] < len(ops)} - COPIES)
     if computed:
         return with_hint(f"{what}: the launcher ran aten.{computed[0]} on k's elements", IN_THE_LAUNCHER)
-    if "set_" not in ops:
+    if not launches:
         return with_hint(f"{what}: no Triton kernel was launched", NOT_LAUNCHED)
+    kernels = ", ".join(sorted({str(launch.get("kernel")) for launch in launches if isinstance(launch, dict)}))
+    returned = trace.get("returned") if isinstance(trace.get("returned"), dict) else {}
+    elements, stored, copied = (returned.get(key) for key in ("elements", "stored", "copied"))
+    if all(isinstance(n, int) for n in (elements, stored, copied)):  # else no float tensor came: the values say so
+        if stored < elements:
+            return with_hint(f"{what}: {elements - stored:,} of the {elements:,} elements it returned hold no value "
+                             f"a kernel it launched ({kernels}) stored", PART_STORED if stored else NOT_STORED)
+        if elements >= 32 and 2 * copied > elements:
+            return with_hint(f"{what}: {copied:,} of the {elements:,} elements it returned are values a kernel "
+                             f"({kernels}) loaded from memory no kernel had written and stored unchanged", COPIED)
+    tensors = [t for launch in launches if isinstance(launch, dict) for t in launch.get("tensors") or []
+               if isinstance(t, dict) and t.get("watched") and isinstance(t.get("most_read"), int)]
+    most = max((t["most_read"] for t in tensors), default=0)
+    if most == 0:
+        return with_hint(f"{what}: no kernel it launched ({kernels}) read k", COPIED)
+    if most > MOST_KEYS * head_dim:
+        return with_hint(f"{what}: one load in a kernel ({kernels}) read {most:,} elements of k at once, "
+                         f"{-(-most // head_dim)} keys of head_dim {head_dim}, more than the {MOST_KEYS} keys a "
+                         "program may hold", WHOLE_ROW)
     return None
 
 
@@ -601,7 +831,7 @@ def triton_check(inputs, shape, causal):
         found = first_raised(got)
         if found:
             return raised_message(what, found[1])
-        problem = launch_problem(what, got[0])
+        problem = launch_problem(what, got[0], shape[-1])
         if problem:
             return problem
         got = got[1:]
@@ -616,7 +846,9 @@ def triton_check(inputs, shape, causal):
     return Check(what, p, judge=judge)
 
 
-TRITON_CASES = [((1, 1, 1, 3), True), ((2, 1, 17, 8), True), ((1, 2, 33, 16), False), ((2, 2, 20, 5), True)]
+# the last case is longer than the keys a program may hold (MOST_KEYS)
+TRITON_CASES = [((1, 1, 1, 3), True), ((2, 1, 17, 8), True), ((1, 2, 33, 16), False), ((2, 2, 20, 5), True),
+                ((1, 1, 130, 16), False)]
 
 
 def flash_attention_forward_triton(inputs):
