@@ -602,11 +602,9 @@ VARIANTS.update({
         "cells": {"causal_mask": "def causal_mask(num_tokens):\n"
                                  "    positions = torch.arange(num_tokens)\n"
                                  "    return (positions[None, :] > positions[:, None]).float()\n"},
-        # the answer key's later parts meet the stand-in's mask in the student's dtype, and masked_fill refuses it
-        "fails": {"test_causal_mask": "bool", "test_renormalized_causal_weights": "masked_fill takes only a bool mask",
-                  "test_causal_attention_weights": "masked_fill takes only a bool mask",
-                  "test_two_ways_agree": "masked_fill takes only a bool mask",
-                  "test_causal_self_attention": "masked_fill takes only a bool mask"},
+        # only Part 1 loses its points: the stand-in answers the later parts' calls with the right mask as a bool mask
+        # whose True means what the student's 1 means (blocked here), so the answer key's masked_fill takes it
+        "fails": {"test_causal_mask": "bool"},
     },
     "renormalized_divides_by_column_sums": {
         "kind": "mistake",

@@ -259,6 +259,23 @@ VARIANTS = {
         "cells": {"causal_attention": _causal_attention(softmax="attn_weights = torch.softmax(attn_scores, dim=-1)")},
         "fails": {"test_causal_attention": "not divided by sqrt(d_k)"},
     },
+    # A mistake of Part 3's attention alone: Part 4 (dropout in the right place) keeps its points, its checks measure
+    # dropout against the module's own eval-mode output, not against a right Part 3.
+    "attention_softmax_over_queries": {
+        "kind": "mistake",
+        "cells": {"causal_attention": _causal_attention(
+            softmax="attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-2)")},
+        "fails": {"test_causal_attention": "the softmax runs over the queries"},
+    },
+    # Part 4 feeds inputs that fill the context, so that a mask used unsliced still runs there: a length check that
+    # refuses a full context fails both (no one context length keeps both mistakes out of Part 4).
+    "attention_refuses_full_context": {
+        "kind": "mistake",
+        "cells": {"causal_attention": _causal_attention().replace("if num_tokens > self.mask.shape[0]:",
+                                                                  "if num_tokens >= self.mask.shape[0]:")},
+        "fails": {"test_causal_attention": "refuses a full context",
+                  "test_causal_attention_dropout": "refuses a full context"},
+    },
     "drop_keys_renormalised_after_softmax": {
         # the softmax over the kept keys equals the full softmax times the kept keys, renormalised: correct
         "kind": "correct",

@@ -304,6 +304,66 @@ VARIANTS = {
                   "cached_attention": _SDPA_IS_CAUSAL},
         "fails": {"test_cached_attention": "top-left"},
     },
+    # Part 1 written as a float mask of 0 and 1: Part 1 asks for a bool tensor and loses its points; Parts 2 and 3 keep
+    # theirs, whether they read the mask as Part 1 writes it or as the exercise's bool mask (the probe's stand-in
+    # answers with the right mask as a bool mask whose True means what the student's 1 means: may attend here, the way
+    # a lower-triangular mask of ones is usually written).
+    "mask_float_ones_attend": {
+        "kind": "mistake",
+        "cells": {"causal_mask_with_offset":
+                  "def causal_mask_with_offset(t_q, t_k):\n"
+                  "    return torch.tril(torch.ones(t_q, t_k), diagonal=t_k - t_q)\n",
+                  "cached_attention":
+                  "def cached_attention(queries, keys, values):\n"
+                  "    scores = queries @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5\n"
+                  "    allowed = causal_mask_with_offset(queries.shape[-2], keys.shape[-2])\n"
+                  "    return torch.softmax(scores.masked_fill(allowed == 0, float('-inf')), dim=-1) @ values\n",
+                  "attention_with_cache": _edit(
+                      _CLASS, ("masked_fill(causal_mask_with_offset(t, k.shape[2]), float('-inf'))",
+                               "masked_fill(causal_mask_with_offset(t, k.shape[2]) == 0, float('-inf'))"))},
+        "fails": {"test_causal_mask_with_offset": "bool"},
+    },
+    # ... with later parts written for Part 1's bool mask (the answer key's masked_fill)
+    "mask_float_later_parts_bool": {
+        "kind": "mistake",
+        "cells": {"causal_mask_with_offset":
+                  "def causal_mask_with_offset(t_q, t_k):\n"
+                  "    return torch.ones(t_q, t_k).triu(t_k - t_q + 1)\n"},
+        "fails": {"test_causal_mask_with_offset": "bool"},
+    },
+    # ... and 1 = blocked, the exercise's convention in a float tensor, turned into bool where it is used
+    "mask_float_ones_blocked": {
+        "kind": "mistake",
+        "cells": {"causal_mask_with_offset":
+                  "def causal_mask_with_offset(t_q, t_k):\n"
+                  "    return torch.ones(t_q, t_k).triu(t_k - t_q + 1)\n",
+                  "cached_attention":
+                  "def cached_attention(queries, keys, values):\n"
+                  "    scores = queries @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5\n"
+                  "    blocked = causal_mask_with_offset(queries.shape[-2], keys.shape[-2]).bool()\n"
+                  "    return torch.softmax(scores.masked_fill(blocked, float('-inf')), dim=-1) @ values\n",
+                  "attention_with_cache": _edit(
+                      _CLASS, ("masked_fill(causal_mask_with_offset(t, k.shape[2]), float('-inf'))",
+                               "masked_fill(causal_mask_with_offset(t, k.shape[2]) == 1, float('-inf'))"))},
+        "fails": {"test_causal_mask_with_offset": "bool"},
+    },
+    # ... and an additive mask (0 where a query may attend, -inf where it may not), added to the scores
+    "mask_float_additive": {
+        "kind": "mistake",
+        "cells": {"causal_mask_with_offset":
+                  "def causal_mask_with_offset(t_q, t_k):\n"
+                  "    return torch.full((t_q, t_k), float('-inf')).triu(t_k - t_q + 1)\n",
+                  "cached_attention":
+                  "def cached_attention(queries, keys, values):\n"
+                  "    scores = queries @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5\n"
+                  "    scores = scores + causal_mask_with_offset(queries.shape[-2], keys.shape[-2])\n"
+                  "    return torch.softmax(scores, dim=-1) @ values\n",
+                  "attention_with_cache": _edit(
+                      _CLASS, ("(q @ k.transpose(-2, -1)).masked_fill(causal_mask_with_offset(t, k.shape[2]), "
+                               "float('-inf'))",
+                               "(q @ k.transpose(-2, -1)) + causal_mask_with_offset(t, k.shape[2])"))},
+        "fails": {"test_causal_mask_with_offset": "bool"},
+    },
     "cache_not_kept": {
         "kind": "mistake",
         "cells": {"attention_with_cache": _edit(

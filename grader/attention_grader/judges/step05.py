@@ -482,9 +482,12 @@ def first_coordinate_one(x):
 
 
 def placement_check(inputs, t, d_in, d_out, rate, num_sentences, num_single):
-    """CausalAttention(d_in, d_out, t, rate) with all value vectors ones: row sums 1 in eval mode; in training mode
-    rows that no longer sum to 1, equal entries within each context vector, mean about 1; and with one token, a
-    single weight that is 0 (about `rate` of the time) or 1 / (1 - rate)."""
+    """CausalAttention(d_in, d_out, t, rate) with all value vectors ones, each context vector holding its row sum of
+    attention weights: in training mode, rows that differ from eval mode's on the same input, equal entries within
+    each context vector, the mean of eval mode's; and with one token, a single weight that is 0 (about `rate` of the
+    time) or eval mode's divided by 1 - rate; eval mode deterministic. Measured against the module's own eval mode, so
+    that a mistake of Part 3's attention (a wrong scale, dimension or mask) costs Part 3's points only. The inputs
+    fill the context (a mask used unsliced still runs); a length check that refuses a full context fails here too."""
     built = f"CausalAttention({d_in}, {d_out}, {t}, {rate})"
     what = f"{built} with every value vector all ones"
     one_token = f"CausalAttention({d_in}, {d_out}, 1, {rate}) in training mode on {num_single} one-token sentences"
@@ -494,45 +497,55 @@ def placement_check(inputs, t, d_in, d_out, rate, num_sentences, num_single):
     p.load(module, state)
     p.call(module.attr("eval"))
     x_eval = p.tensor(first_coordinate_one(inputs.randn(4, t, d_in)))
+    x_train = p.tensor(first_coordinate_one(inputs.randn(num_sentences, t, d_in)))
     p.record(p.call(module, x_eval), "the output in eval mode")
     p.record(p.call(module, x_eval), "a second output in eval mode")
-    p.call(module.attr("train"))
-    p.seed(inputs.seed())
-    p.record(p.call(module, p.tensor(first_coordinate_one(inputs.randn(num_sentences, t, d_in)))),
-             "the output in training mode")
+    p.record(p.call(module, x_train), "the output in eval mode on the input of training mode")
     single = p.call(G("CausalAttention"), d_in, d_out, 1, rate)
     p.load(single, state)
+    p.call(single.attr("eval"))
+    x_single = p.tensor(first_coordinate_one(inputs.randn(num_single, 1, d_in)))
+    p.record(p.call(single, x_single), "the output on one-token sentences in eval mode")
+    p.call(module.attr("train"))
     p.call(single.attr("train"))
-    p.record(p.call(single, p.tensor(first_coordinate_one(inputs.randn(num_single, 1, d_in)))),
-             "the output on one-token sentences in training mode")
+    p.seed(inputs.seed())
+    p.record(p.call(module, x_train), "the output in training mode")
+    p.record(p.call(single, x_single), "the output on one-token sentences in training mode")
     p.record(p.call(module, x_eval), "the output in training mode on the input of eval mode")
     eval_off = "module.eval() must switch dropout off: self.dropout = nn.Dropout(dropout) reads self.training"
+    batches = {3: num_sentences, 5: num_single, 6: num_sentences, 7: num_single}
 
     def judge(got, want):
         found = first_raised(got)
         if found:
-            batch, tokens = {3: (num_sentences, t), 5: (num_single, 1)}.get(found[0], (4, t))
-            return full_context_raise(what, found[1], tokens, tokens, batch) or raised_message(what, found[1])
+            tokens = 1 if found[0] in (5, 7) else t
+            return (full_context_raise(what, found[1], tokens, tokens, batches.get(found[0], 4))
+                    or raised_message(what, found[1]))
         problem = compare(got[0], want[0], what, EXACT) or compare(got[4], want[4], what, EXACT)
-        for index, name in ((1, f"{what} in eval mode"), (2, f"{what} in eval mode"), (3, f"{what} in training mode"),
-                            (5, one_token), (6, f"{what} in training mode")):
+        for index, name in ((1, f"{what} in eval mode"), (2, f"{what} in eval mode"), (3, f"{what} in eval mode"),
+                            (5, f"{one_token[:-len(' in training mode')]} in eval mode"),
+                            (6, f"{what} in training mode"), (7, one_token), (8, f"{what} in training mode")):
             problem = problem or shape_problem(got[index], want[index], name, "")
         if problem:
             return problem
         if not torch.equal(tensor_of(got[1]).double().nan_to_num(), tensor_of(got[2]).double().nan_to_num()):
             return NamedMistake(with_hint(f"{what} in eval mode gave different outputs for the same input",
                                           "something still drops in eval mode: " + eval_off))
-        problem = compare(got[1], want[1], f"{what} in eval mode: the row sums of the attention weights",
-                          Expect("", atol=1e-5, rtol=1e-5))
-        if problem:
-            return with_hint(problem, "with every value vector all ones (W_value reads the first coordinate, set to "
-                                      "1), each context vector holds the sum of its row of attention weights, 1 in "
-                                      "eval mode; Part 3's checks compare the module with the task")
-        sums = tensor_of(got[3]).double()
-        if not (sums - 1).abs().nan_to_num(nan=math.inf).max().item() > 1e-4:
-            problem = (f"{what} in training mode: every row of attention weights still sums to 1, as if nothing was "
-                       "dropped")
-            if torch.equal(tensor_of(got[6]).double(), tensor_of(got[1]).double()):
+        sums, eval_sums = tensor_of(got[6]).double(), tensor_of(got[3]).double()
+        lost = ~eval_sums.isfinite().all(dim=-1)  # (sentences, tokens): rows of weights that are not numbers
+        if bool(lost.any()):
+            problem = f"{what} in eval mode: some outputs are nan or infinite"
+            if bool(lost[:, 0].all()) and not bool(lost[:, 1:].any()):
+                return NamedMistake(with_hint(problem + ", the first token's in every sentence", "the mask blocks the "
+                                              "diagonal too: the first token's only key is itself, so its row of "
+                                              "scores is all -inf and the softmax gives nan; block only the keys "
+                                              "after the query"))
+            return with_hint(problem, "print the attention weights in eval mode: a row whose every key is blocked is "
+                                      "a softmax over nothing (nan)")
+        if not (sums - eval_sums).abs().nan_to_num(nan=math.inf).max().item() > 1e-4:
+            problem = (f"{what} in training mode: every row sum of attention weights is what eval mode gives, as if "
+                       "nothing was dropped")
+            if torch.equal(tensor_of(got[8]).double(), tensor_of(got[1]).double()):
                 return NamedMistake(with_hint(problem + "; its output in training mode is the one of eval mode",
                                               "nothing is dropped in training mode: forward never applies "
                                               "self.dropout; apply it to the attention weights, after softmax"))
@@ -543,26 +556,29 @@ def placement_check(inputs, t, d_in, d_out, rate, num_sentences, num_single):
         if not torch.allclose(sums, sums[..., :1].expand_as(sums), atol=1e-5, rtol=1e-5):
             problem = (f"{what} in training mode: the entries of a context vector differ, though each is the sum of "
                        "the same attention weights")
-            scaled = torch.isclose(sums, torch.full_like(sums, 1 / (1 - rate)), rtol=1e-5, atol=1e-6)
+            scaled = torch.isclose(sums, eval_sums / (1 - rate), rtol=1e-5, atol=1e-6)
             if bool(((sums == 0) | scaled).all()):
                 return NamedMistake(with_hint(problem, "the context vectors are dropped (each entry 0 or 1 / (1 - p) "
-                                                       "times its row sum of 1): dropout belongs on the attention "
+                                                       "times its row sum): dropout belongs on the attention "
                                                        "weights, before they multiply the values"))
             return with_hint(problem, "dropout belongs on the attention weights, not on the values or on the context "
                                       "vectors")
-        if far(sums.mean().item(), 1.0, 0.1, math.sqrt(rate / (1 - rate) / (num_sentences * t))):
-            return with_hint(f"{what} in training mode: the mean row sum of the attention weights is far from 1",
-                             "inverted dropout keeps the average of every weight: after softmax, scaled by "
-                             "1 / (1 - p)")
-        weights = tensor_of(got[5]).double()[:, 0, 0]
-        kept = weights[weights != 0]
+        spread = eval_sums.abs().max().item() * math.sqrt(rate / (1 - rate) / (num_sentences * t))
+        if far(sums.mean().item(), eval_sums.mean().item(), 0.1, spread):
+            return with_hint(f"{what} in training mode: the mean row sum of the attention weights is far from eval "
+                             "mode's", "inverted dropout keeps the average of every weight: after softmax, scaled "
+                                       "by 1 / (1 - p)")
+        weights, eval_weights = tensor_of(got[7]).double()[:, 0, 0], tensor_of(got[5]).double()[:, 0, 0]
+        dropped = weights == 0
+        kept, eval_kept = weights[~dropped], eval_weights[~dropped]
         given_rate = "self.dropout = nn.Dropout(dropout): drop with the probability the module was given"
-        if not torch.allclose(kept, torch.full_like(kept, 1 / (1 - rate)), rtol=1e-5, atol=1e-6):
-            one_value = len(kept) > 0 and torch.allclose(kept, kept[:1].expand_as(kept), rtol=1e-5, atol=1e-6)
+        if not torch.allclose(kept, eval_kept / (1 - rate), rtol=1e-5, atol=1e-6):
+            ratio = kept / eval_kept
+            one_value = len(kept) > 0 and torch.allclose(ratio, ratio[:1].expand_as(ratio), rtol=1e-5, atol=1e-6)
             return with_hint(f"{one_token}: the single attention weight should be dropped (0) or kept and divided by "
                              "1 - p", given_rate if one_value else "apply dropout to the attention weights after "
                                                                    "softmax, not to the scores before it")
-        fraction = (weights == 0).double().mean().item()
+        fraction = dropped.double().mean().item()
         if far(fraction, rate, 0.08, math.sqrt(rate * (1 - rate) / num_single)):
             return with_hint(f"{one_token}: {fraction:.3f} of the weights were dropped, far from p", given_rate)
         return None
