@@ -142,7 +142,7 @@ ERROR_HINTS = SPECIFIC_ERROR_HINTS + [
                                 "module) under exactly that name"),
 ]
 DIMENSION_OUT_OF_RANGE = re.compile(r"Dimension out of range \(expected to be in range of \[-(\d+), \d+\], "
-                                    r"but got (\d+)\)")
+                                    r"but got (-?\d+)\)")
 
 
 def specific_error_hint(error):

@@ -5,6 +5,7 @@ import re
 
 import torch
 
+from attention_course.checks import specific_error_hint
 from attention_course.probe import decode_tensor
 from attention_grader.judging import (OUT_OF_SIGHT, G, Check, Expect, NamedMistake, Program, compare, default_judge,
                                       raised_message)
@@ -407,18 +408,7 @@ def read_error(message):
     if "return_types.max" in message or "return_types.min" in message:
         return ("torch.max(x, dim=...) (and min) returns a pair (values, indices), not a tensor: subtract its "
                 ".values, or use torch.amax(x, dim=dim, keepdim=True)")
-    found = re.search(r"batch[12] must be a 3D tensor", message)
-    if found:
-        return ("torch.bmm takes exactly 3-D tensors (b, n, m): one sentence (T, d) has two dimensions and a batch may "
-                "have more than one leading dimension; `@` (torch.matmul) works for any number of leading dimensions")
-    found = re.search(r"Dimension out of range \(expected to be in range of \[-(\d+), \d+\], but got (-?\d+)\)",
-                      message)
-    if found:
-        ndim, asked = int(found.group(1)), int(found.group(2))
-        return (f"dimension {asked} was asked of a {ndim}-D tensor: the code numbers a dimension from the front, as for "
-                "an input with more dimensions; use the `dim` argument, and count the dimensions of a sentence from "
-                "the end (-2, -1)")
-    return ""
+    return specific_error_hint(message)
 
 
 def by_running(check, mistakes, read=read_error):
