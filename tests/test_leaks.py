@@ -70,21 +70,88 @@ def test_no_hidden_test_code_is_copied_into_lessons_or_package(step, where):
     assert not found, f"hidden tests of {step} are copied into {where}:\n" + "\n".join(found)
 
 
-def lessons_up_to(step):
-    """The lessons a student reads before doing the exercise of `step`: its own and the earlier ones."""
-    return [path for path in sorted((ROOT / "notebooks").glob("*.ipynb")) if path.stem[:2] <= step[:2]]
+def lessons_a_student_has():
+    """Every lesson: all of them are in the students' hands from day one, so a student at step 05 may open lesson 06;
+    a later lesson that shows an earlier step's answer gives it away as much as the step's own lesson would."""
+    return sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def constructor_boilerplate(sources):
+    """The lines of `sources` (code cells) that only give a module a layer or a size in its `__init__`:
+    `self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)`, `self.dropout = nn.Dropout(dropout)`, `self.head_dim =
+    d_out // num_heads`, `self.d_out, self.num_heads = d_out, num_heads`. One statement on one line, directly in the
+    body of an `__init__`, assigning attributes of `self` only, each value a size (names and numbers with
+    arithmetic) or a layer `nn.Something(...)` of sizes and constants (`nn.Linear(d_in, num_kv_heads * self.head_dim)`
+    is not one)."""
+
+    def size(value):
+        return all(isinstance(node, (ast.Name, ast.Load, ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop))
+                   or isinstance(node, ast.Constant) and type(node.value) in (int, float) for node in ast.walk(value))
+
+    def layer_or_size(value):
+        if isinstance(value, ast.Call):
+            func = value.func
+            return (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "nn"
+                    and all(size(arg) or isinstance(arg, ast.Constant)
+                            for arg in [*value.args, *(keyword.value for keyword in value.keywords)]))
+        return size(value)
+
+    found = set()
+    for source in sources:
+        try:
+            tree = ast.parse(re.sub(r"(?m)^\s*[%!].*$", "", source))
+        except SyntaxError:
+            continue
+        lines = source.splitlines()
+        for init in (node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == "__init__"):
+            for statement in init.body:
+                if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1
+                        and statement.lineno == statement.end_lineno):
+                    continue
+                target, value = statement.targets[0], statement.value
+                tuples = isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple)
+                assigned = zip(target.elts, value.elts) if tuples else [(target, value)]
+                if all(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
+                       and layer_or_size(v) for t, v in assigned):
+                    found.add(lines[statement.lineno - 1].strip())
+    return found
+
+
+def code_cells(path):
+    """The code cells of a notebook, or a whole Python file as one."""
+    if path.suffix == ".ipynb":
+        return [cell.source for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code"]
+    return [path.read_text()]
 
 
 @pytest.mark.parametrize("step", STEPS)
-@pytest.mark.parametrize("where", ["lessons", "benchmarks"])
+@pytest.mark.parametrize("where", ["lessons", "release", "benchmarks"])
 def test_no_exercise_answer_is_shown_before_its_exercise(step, where):
-    """Two consecutive lines of an answer are a copy: none in the lessons up to the step's own, none in benchmarks/
-    (which loads the answer keys from solutions/ at run time instead)."""
+    """Two consecutive lines of an answer are a copy: none in any lesson (every lesson is read before every exercise,
+    see `lessons_a_student_has`), none in another step's released notebook (every released exercise is copied into
+    the student's work/ on the first start, so a student at step 05 can open step 06's, whose locked cells must not
+    give step 05's answer; the step's own release is `test_no_solution_line_reaches_students`), none in benchmarks/
+    (which loads the answer keys from solutions/ at run time instead).
+
+    Constructor boilerplate does not count: a line of `__init__` that only gives the module a layer or a size
+    (`constructor_boilerplate`: `self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)`, `self.out_proj = nn.Linear(d_out,
+    d_out)`, `self.head_dim = d_out // num_heads`) is left out of the answer and of the lesson before consecutive lines
+    are paired. Every attention module from step 03 on has these lines, the task names the layers and sizes a
+    module holds, and no part asks for them: a part asks for what the module computes, which these lines do not. A
+    buffer (`register_buffer`), a mask, a check that raises and every line of `forward` still count."""
     runs, outside = block_runs(step, *SOLUTION)
+    boilerplate = constructor_boilerplate(cell.source for cell in harness.source_notebook(step).cells
+                                          if cell.cell_type == "code")
+    runs = [[line for line in run if line not in boilerplate] for run in runs]
     answer = {pair for run in runs for pair in pairs(run) if not set(pair) <= outside and min(map(len, pair)) > 8}
-    paths = lessons_up_to(step) if where == "lessons" else sorted((ROOT / "benchmarks").glob("*.py"))
-    found = sorted(f"{path.relative_to(ROOT)}: {pair[0]} / {pair[1]}"
-                   for path in paths for pair in answer & pairs(stripped_lines(path)))
+    paths = {"lessons": lessons_a_student_has,
+             "release": lambda: sorted(path for path in (ROOT / "release").glob("*/*.ipynb") if path.parent.name != step),
+             "benchmarks": lambda: sorted((ROOT / "benchmarks").glob("*.py"))}[where]()
+    found = []
+    for path in paths:
+        boilerplate = constructor_boilerplate(code_cells(path))
+        shown = pairs([line for line in stripped_lines(path) if line not in boilerplate])
+        found += sorted(f"{path.relative_to(ROOT)}: {pair[0]} / {pair[1]}" for pair in answer & shown)
     assert not found, f"the answer of {step} appears in {where}:\n" + "\n".join(found)
 
 

@@ -369,6 +369,7 @@ def mistaken_flash(rescale=True, rescale_sum=True, last_tile=True, bottom_right=
 
     class Mistaken(torch.autograd.Function):
         @staticmethod
+        # the answer key's forward with the mistake put in
         def forward(ctx, q, k, v, causal=False, block_q=16, block_k=16):
             s, t_k = scores(q, k, causal), k.shape[-2]
             m = torch.full(s.shape[:-1], float("-inf"), dtype=s.dtype)
@@ -386,23 +387,23 @@ def mistaken_flash(rescale=True, rescale_sum=True, last_tile=True, bottom_right=
             return out
 
         @staticmethod
-        def backward(ctx, d_out):
+        def backward(ctx, grad):
             q, k, v, out, lse = ctx.saved_tensors
             scale = q.shape[-1] ** -0.5 if backward_scale else 1.0
             p = torch.exp(scores(q, k, ctx.causal, backward_mask) - (lse[..., None] if subtract_l else 0))
-            d_p = d_out @ v.transpose(-2, -1)
+            d_p = grad @ v.transpose(-2, -1)
             if tile_d:
                 row = torch.cat([(p * d_p)[..., j:j + ctx.block_k].sum(-1, keepdim=True).expand(
                     *p.shape[:-1], min(ctx.block_k, p.shape[-1] - j)) for j in range(0, p.shape[-1], ctx.block_k)], -1)
             else:
-                row = (d_out * out).sum(-1, keepdim=True)
+                row = (grad * out).sum(-1, keepdim=True)
             d_s = p * (d_p - row) * scale
             if not accumulate:  # each key tile keeps the share of the last query tile only
                 last = (q.shape[-2] - 1) // ctx.block_q * ctx.block_q
-                p, d_s_k, q_k, d_out_k = p[..., last:, :], d_s[..., last:, :], q[..., last:, :], d_out[..., last:, :]
+                p, d_s_k, q_k, grad_k = p[..., last:, :], d_s[..., last:, :], q[..., last:, :], grad[..., last:, :]
             else:
-                d_s_k, q_k, d_out_k = d_s, q, d_out
-            return (d_s @ k, d_s_k.transpose(-2, -1) @ q_k, p.transpose(-2, -1) @ d_out_k, None, None, None)
+                d_s_k, q_k, grad_k = d_s, q, grad
+            return (d_s @ k, d_s_k.transpose(-2, -1) @ q_k, p.transpose(-2, -1) @ grad_k, None, None, None)
 
     return Mistaken
 
