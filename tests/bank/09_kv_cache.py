@@ -347,23 +347,6 @@ VARIANTS = {
                                "masked_fill(causal_mask_with_offset(t, k.shape[2]) == 1, float('-inf'))"))},
         "fails": {"test_causal_mask_with_offset": "bool"},
     },
-    # ... and an additive mask (0 where a query may attend, -inf where it may not), added to the scores
-    "mask_float_additive": {
-        "kind": "mistake",
-        "cells": {"causal_mask_with_offset":
-                  "def causal_mask_with_offset(t_q, t_k):\n"
-                  "    return torch.full((t_q, t_k), float('-inf')).triu(t_k - t_q + 1)\n",
-                  "cached_attention":
-                  "def cached_attention(queries, keys, values):\n"
-                  "    scores = queries @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5\n"
-                  "    scores = scores + causal_mask_with_offset(queries.shape[-2], keys.shape[-2])\n"
-                  "    return torch.softmax(scores, dim=-1) @ values\n",
-                  "attention_with_cache": _edit(
-                      _CLASS, ("(q @ k.transpose(-2, -1)).masked_fill(causal_mask_with_offset(t, k.shape[2]), "
-                               "float('-inf'))",
-                               "(q @ k.transpose(-2, -1)) + causal_mask_with_offset(t, k.shape[2])"))},
-        "fails": {"test_causal_mask_with_offset": "bool"},
-    },
     "cache_not_kept": {
         "kind": "mistake",
         "cells": {"attention_with_cache": _edit(
