@@ -3,7 +3,6 @@
 These run notebooks straight through the executor, without nbgrader; tests/test_grading.py runs it inside nbgrader.
 """
 import os
-import sqlite3
 import subprocess
 import shutil
 import sys
@@ -12,7 +11,6 @@ import time
 import warnings
 from pathlib import Path
 
-import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 

@@ -375,46 +375,6 @@ def expect_value_error(what, program, argument):
     return Check(what, program, judge=judge)
 
 
-def names_used(sources, grade_id):
-    """Every name and attribute the submitted cell uses (as IPython runs it), with its call or reference as written;
-    None when it does not parse (the kernel reports that)."""
-    tree, _ = python_of(sources.get(grade_id, ""))
-    if tree is None:
-        return None
-    return [(node.attr if isinstance(node, ast.Attribute) else node.id, ast.unparse(node)) for node in ast.walk(tree)
-            if isinstance(node, (ast.Attribute, ast.Name))]
-
-
-def require_call(what, grade_id, name, hint):
-    """A rule judged from the submitted source: the student's cells must use `name` (in the part's cell, or in a
-    helper cell of their own), under its own name or an alias that any editable cell binds to it (`from
-    triton.language import program_id as pid`, `pid = tl.program_id`)."""
-    def rule(sources):
-        used = names_used(sources, grade_id)
-        if used is None:
-            return None  # the kernel reports it
-        aliases = {name}
-        for source in sources.values():
-            tree, _ = python_of(source)
-            for node in ast.walk(tree) if tree is not None else ():
-                if isinstance(node, (ast.Import, ast.ImportFrom)):
-                    aliases |= {alias.asname for alias in node.names
-                                if alias.asname and alias.name.rsplit(".", 1)[-1] == name}
-                elif isinstance(node, ast.Assign) and isinstance(node.value, (ast.Name, ast.Attribute)) and (
-                        getattr(node.value, "attr", None) == name or getattr(node.value, "id", None) == name):
-                    aliases |= {target.id for target in node.targets if isinstance(target, ast.Name)}
-        # the cell's own code, or a helper the student wrote in a cell of their own (a kernel above its launcher)
-        trees = [tree for tree, _ in map(python_of, sources.values()) if tree is not None]
-        imports_it = any(isinstance(node, ast.ImportFrom) and any(alias.name == name for alias in node.names)
-                         for tree in trees for node in ast.walk(tree))
-        used = [n for key in sources for n, _ in names_used(sources, key) or ()]
-        if imports_it or any(n in aliases for n in used):
-            return None
-        return f"{what} never calls {name}\n  likely mistake: {hint}"
-
-    return Check(what, source_rule=rule)
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # rules about how a part is written, judged from every cell the student can edit
 # ---------------------------------------------------------------------------------------------------------------
@@ -656,7 +616,6 @@ class Allowlist:
         return None
 
     def outside_node(self, root, todo):
-        scopes = {id(root): set()}
         functions = [n for n in ast.walk(root) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))]
         local = set().union(*(locals_of(f) for f in functions)) if functions else set()
         if isinstance(root, ast.ClassDef):

@@ -517,6 +517,51 @@ _TRITON_TWO_KERNELS = (
     "    return out.transpose(1, 2).contiguous()\n"
 )
 
+# One program for everything: the kernel walks over the (sequence, head) pairs and the query blocks itself, on a grid
+# of one, so it never reads tl.program_id; slow on a GPU, correct all the same.
+_TRITON_ONE_PROGRAM = (
+    "@triton.jit\n"
+    "def attention_forward_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pairs, num_tokens, head_dim, scale, CAUSAL: tl.constexpr,\n"
+    "                             BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr):\n"
+    "    dims = tl.arange(0, BLOCK_D)\n"
+    "    for pair in range(0, pairs):\n"
+    "        base = pair * num_tokens * head_dim\n"
+    "        for start_q in range(0, num_tokens, BLOCK_Q):\n"
+    "            rows = start_q + tl.arange(0, BLOCK_Q)\n"
+    "            q_mask = (rows[:, None] < num_tokens) & (dims[None, :] < head_dim)\n"
+    "            q = tl.load(q_ptr + base + rows[:, None] * head_dim + dims[None, :], mask=q_mask, other=0.0)\n"
+    "            m = tl.full([BLOCK_Q], float('-inf'), tl.float32)\n"
+    "            l = tl.zeros([BLOCK_Q], tl.float32)\n"
+    "            acc = tl.zeros([BLOCK_Q, BLOCK_D], tl.float32)\n"
+    "            for start_k in range(0, num_tokens, BLOCK_K):\n"
+    "                cols = start_k + tl.arange(0, BLOCK_K)\n"
+    "                kv_mask = (cols[:, None] < num_tokens) & (dims[None, :] < head_dim)\n"
+    "                k = tl.load(k_ptr + base + cols[:, None] * head_dim + dims[None, :], mask=kv_mask, other=0.0)\n"
+    "                v = tl.load(v_ptr + base + cols[:, None] * head_dim + dims[None, :], mask=kv_mask, other=0.0)\n"
+    "                s = tl.sum(q[:, None, :] * k[None, :, :], 2) * scale\n"
+    "                keep = cols[None, :] < num_tokens\n"
+    "                if CAUSAL:\n"
+    "                    keep = keep & (cols[None, :] <= rows[:, None])\n"
+    "                s = tl.where(keep, s, float('-inf'))\n"
+    "                m_new = tl.maximum(m, tl.max(s, 1))\n"
+    "                p = tl.exp(s - m_new[:, None])\n"
+    "                l = l * tl.exp(m - m_new) + tl.sum(p, 1)\n"
+    "                acc = acc * tl.exp(m - m_new)[:, None] + tl.sum(p[:, :, None] * v[None, :, :], 1)\n"
+    "                m = m_new\n"
+    "            tl.store(o_ptr + base + rows[:, None] * head_dim + dims[None, :], acc / l[:, None], mask=q_mask)\n"
+    "\n\n"
+    "def flash_attention_forward_triton(q, k, v, causal=False):\n"
+    "    check_qkv(q, k, v)\n"
+    "    if q.shape != k.shape or k.shape != v.shape:\n"
+    "        raise ValueError(f'q, k and v must have one shape, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}')\n"
+    "    b, h, t, d = q.shape\n"
+    "    q, k, v = (x.float().contiguous() for x in (q, k, v))\n"
+    "    o = torch.empty_like(q)\n"
+    "    attention_forward_kernel[(1,)](q, k, v, o, b * h, t, d, d ** -0.5, CAUSAL=causal, BLOCK_Q=16, BLOCK_K=32,\n"
+    "                                   BLOCK_D=max(16, triton.next_power_of_2(d)))\n"
+    "    return o\n"
+)
+
 VARIANTS = {
     "einsum_rowsum_of_p_dp": {
         "kind": "correct",
@@ -729,6 +774,10 @@ VARIANTS = {
     "triton_two_kernels_keys_by_128": {
         "kind": "correct",
         "cells": {"flash_attention_forward_triton": _TRITON_TWO_KERNELS},
+    },
+    "triton_one_program_no_program_id": {
+        "kind": "correct",
+        "cells": {"flash_attention_forward_triton": _TRITON_ONE_PROGRAM},
     },
 }
 

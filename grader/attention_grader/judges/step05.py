@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 
 from attention_course import data
-from attention_grader.judging import (G, Check, Expect, NamedMistake, Program, call_check, compare, default_judge,
+from attention_grader.judging import (G, Check, NamedMistake, Program, call_check, compare, default_judge,
                                       expect_value_error, generator, raised_message)
 from attention_grader.judges.common import (EXACT, first_raised, floats_where_due, forward_check, mask_buffer_check,
                                             matched_records, own_attention_check, qkv_state, shape_problem, tensor_of,
