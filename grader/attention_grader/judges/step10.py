@@ -169,6 +169,11 @@ def from_outside(what, record):
     return None
 
 
+def attention_problem(what, record):
+    """What the trace shows of a library's attention kernel, or of values that came into torch as data; None."""
+    return dispatched(what, record, LIBRARY_ATTENTION, NO_SDPA, "attention kernel") or from_outside(what, record)
+
+
 def block_reads(got, width):
     """From a call traced in the kernel: (operations, {block: index of the first operation that reads that block
     alone}, [indices of operations that read across blocks]), blocks being `width` consecutive elements of the traced
@@ -286,8 +291,7 @@ def kernel_check(inputs, causal):
         if not isinstance(largest, int) or not isinstance(got[1], dict) or not isinstance(
                 got[1].get("trace"), dict) or not isinstance(got[1]["trace"].get("ops"), list):
             return f"{what}: its operations were not recorded"
-        problem = (dispatched(what, got[1], LIBRARY_ATTENTION, NO_SDPA, "attention kernel")
-                   or from_outside(what, got[1]))
+        problem = attention_problem(what, got[1])
         if problem:
             return problem
         if largest >= whole:
@@ -416,8 +420,7 @@ def memory_check(inputs, num_tokens, d, block_size, causal, traced=False):
             trace = got[1].get("trace") if len(got) > 2 and isinstance(got[1], dict) else None
             if not isinstance(trace, dict) or not isinstance(trace.get("ops"), list):
                 return f"{what}: its operations were not recorded"
-            problem = (dispatched(what, got[1], LIBRARY_ATTENTION, NO_SDPA, "attention kernel")
-                       or from_outside(what, got[1]))
+            problem = attention_problem(what, got[1])
             if problem:
                 return problem
         if largest >= largest_limit:
