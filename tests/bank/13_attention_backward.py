@@ -707,7 +707,7 @@ VARIANTS = {
         "kind": "mistake",
         "cells": {"FlashAttention": _FLASH_ATEN},
         "fails": {"test_flash_attention_forward": "a library's kernel",
-                  "test_flash_attention_backward": "a library's kernel"},
+                  "test_flash_attention_backward": "ran aten._scaled_dot_product_flash_attention_for_cpu"},
     },
     "flash_backward_recomputes_like_the_lesson": {
         "kind": "mistake",
